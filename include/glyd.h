@@ -1,0 +1,265 @@
+/*
+ * glyd.h — the C interface of Glyd (libglyd.so).
+ *
+ * Glyd packs bf16 weights losslessly: every weight decodes to its exact bits.
+ * This header is the whole contract: what it does not declare is not API.
+ *
+ * Conventions
+ *   - Every fallible call returns an int status (enum glyd_status; 0 = GLYD_OK)
+ *     and writes its results to out-parameters. glyd_strerror(status) gives a
+ *     fixed text for any value; glyd_last_error() gives the detailed message of
+ *     the last failed call on the calling thread (file and tensor names
+ *     included); handles also keep their own (glyd_reader_errmsg, ...).
+ *   - Handles are opaque. Every create/open has one destroy/close that accepts
+ *     NULL. Memory the library gives out (strings, plane pointers) belongs to
+ *     the handle it came from and stays valid until that handle is destroyed.
+ *   - Thread safety: all functions may be called from any thread. A reader may
+ *     be used from several threads at once; a writer or a packed handle must
+ *     not be used by two threads at the same time.
+ *   - Lengths are size_t, shapes int64_t, inputs const. Streams are void *.
+ *   - A process that loaded libglyd.so must not fork() and then call into it
+ *     from the child (use spawn, e.g. for PyTorch DataLoader workers).
+ */
+#ifndef GLYD_H
+#define GLYD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Versions ------------------------------------------------------------ */
+
+#define GLYD_VERSION_MAJOR 0
+#define GLYD_VERSION_MINOR 1
+#define GLYD_VERSION_PATCH 0
+/* The ABI version equals the SONAME major (libglyd.so.0). */
+#define GLYD_ABI_VERSION 0
+/* The newest checkpoint format this library reads and writes: glyd-v2. */
+#define GLYD_FORMAT_VERSION 2
+
+/* "MAJOR.MINOR.PATCH" of the loaded library; static storage. */
+const char *glyd_version_string(void);
+/* MAJOR * 10000 + MINOR * 100 + PATCH of the loaded library. */
+uint32_t glyd_version_number(void);
+/* ABI version of the loaded library; compare with GLYD_ABI_VERSION. */
+int glyd_abi_version(void);
+/* Newest checkpoint format version the loaded library reads (2 = glyd-v2). */
+int glyd_format_version(void);
+
+/* ---- Status -------------------------------------------------------------- */
+
+/* Fixed values; the enum only grows. */
+typedef enum glyd_status {
+    GLYD_OK = 0,
+    GLYD_ERR_INVALID_ARGUMENT = 1,  /* NULL pointer, bad enum value, bad option */
+    GLYD_ERR_BUFFER_TOO_SMALL = 2,  /* caller-allocated output smaller than needed */
+    GLYD_ERR_IO = 3,                /* the OS refused a read, write, rename or mmap */
+    GLYD_ERR_NOT_FOUND = 4,         /* no such file, folder or tensor */
+    GLYD_ERR_TRUNCATED = 5,         /* a file ends before the data it declares */
+    GLYD_ERR_HEADER = 6,            /* malformed safetensors header, or past the end */
+    GLYD_ERR_RANGE_OVERLAP = 7,     /* two tensors' byte ranges overlap */
+    GLYD_ERR_RANGE_GAP = 8,         /* byte ranges leave gaps or trailing bytes */
+    GLYD_ERR_RANGE_OUT_OF_BOUNDS = 9, /* a byte range ends past the data */
+    GLYD_ERR_SIZE_MISMATCH = 10,    /* dtype x shape disagrees with a byte length */
+    GLYD_ERR_OVERFLOW = 11,         /* dimensions whose product overflows */
+    GLYD_ERR_DESCRIPTOR = 12,       /* descriptor fails verification or disagrees with shards */
+    GLYD_ERR_ESCAPE_MISSING = 13,   /* an escape code without an escape entry */
+    GLYD_ERR_ESCAPE_RANGE = 14,     /* an escape index out of range or order */
+    GLYD_ERR_EXPONENT_TABLE = 15,   /* exponent base/table out of range */
+    GLYD_ERR_VERSION = 16,          /* a format version this library does not read */
+    GLYD_ERR_CHECKSUM = 17,         /* decoded bytes disagree with the stored checksum */
+    GLYD_ERR_DTYPE = 18,            /* a dtype that is not allowed here */
+    GLYD_ERR_CORRUPT = 19,          /* any other inconsistency in packed data */
+    GLYD_ERR_NO_GPU = 20,           /* no usable GPU or CUDA driver */
+    GLYD_ERR_OUT_OF_MEMORY = 21,    /* host or device memory could not be allocated */
+    GLYD_ERR_INTERNAL = 22,         /* a bug in Glyd; please report it */
+    GLYD_ERR_STATE = 23,            /* call out of order (writer used after commit) */
+    GLYD_ERR_EXISTS = 24,           /* destination exists and may not be replaced */
+    GLYD_ERR_CUDA = 25,             /* the CUDA driver returned an error */
+    GLYD_ERR_UNSUPPORTED = 26       /* valid, but not supported by this build/device */
+} glyd_status;
+
+/* Fixed English text for any status value (unknown values too); static storage. */
+const char *glyd_strerror(int status);
+/* Detailed message of the last failed call on this thread ("" if none). Valid
+ * until the next failing call on this thread. */
+const char *glyd_last_error(void);
+
+/* ---- Tensors and layouts ------------------------------------------------- */
+
+typedef enum glyd_layout {
+    GLYD_LAYOUT_RAW = 0,      /* stored as it is */
+    GLYD_LAYOUT_FIXED12 = 1,  /* raw sign+mantissa byte + 4-bit exponent code */
+    GLYD_LAYOUT_SMALLEST = 2  /* raw sign+mantissa byte + 3-level exponent code */
+} glyd_layout;
+
+typedef enum glyd_dtype {
+    GLYD_DTYPE_BF16 = 1,
+    GLYD_DTYPE_FP16 = 2
+} glyd_dtype;
+
+/* The byte planes of a packed tensor (docs/FORMAT.md specifies each). */
+typedef enum glyd_plane {
+    GLYD_PLANE_SM = 0,      /* sign+mantissa */
+    GLYD_PLANE_CODE = 1,    /* exponent codes (level 1 for smallest) */
+    GLYD_PLANE_CODE2 = 2,   /* smallest: level-2 codes */
+    GLYD_PLANE_CODE3 = 3,   /* smallest: level-3 codes */
+    GLYD_PLANE_CHUNKS = 4,  /* smallest: per-chunk offsets */
+    GLYD_PLANE_ESCIDX = 5,  /* escape indices, uint64 LE */
+    GLYD_PLANE_ESCEXP = 6   /* escape exponents, one byte each */
+} glyd_plane;
+#define GLYD_NUM_PLANES 7
+#define GLYD_MAX_DIMS 8
+
+/* One independently decodable slice of a packed tensor along axis 0 (the
+ * whole tensor, or one expert). */
+typedef struct glyd_group {
+    uint64_t elements;                 /* elements in this group */
+    uint64_t escapes;                  /* escaped elements in this group */
+    uint64_t offsets[GLYD_NUM_PLANES]; /* byte offset of the group in each plane */
+    uint8_t base;                      /* exponent of 4-bit code 0 */
+    uint8_t table[6];                  /* smallest: exponents of level-1/2 codes */
+    uint8_t reserved;                  /* 0 */
+} glyd_group;
+
+/* Summary of a tensor (packed or raw). */
+typedef struct glyd_tensor_info {
+    int layout;                 /* glyd_layout */
+    int dtype;                  /* glyd_dtype for packed tensors, 0 for raw ones */
+    char raw_dtype[8];          /* safetensors dtype of a raw tensor ("F32", ...), "" if packed */
+    size_t ndim;                /* number of dimensions (0 for a scalar) */
+    int64_t shape[GLYD_MAX_DIMS];
+    uint64_t elements;          /* product of the shape */
+    uint64_t original_bytes;    /* size of the unpacked tensor */
+    uint64_t packed_bytes;      /* sum of the plane lengths (original_bytes if raw) */
+    uint64_t num_groups;        /* 1 for dense, experts count for expert tensors */
+    uint64_t escapes;           /* escaped elements, all groups */
+    uint32_t checksum;          /* CRC-32C of the original bytes */
+    double bits_per_weight;     /* 8 * packed_bytes / elements */
+} glyd_tensor_info;
+
+typedef struct glyd_packed glyd_packed;
+
+/* Packs a tensor from host memory.
+ *   src, src_bytes: the elements, row-major, little-endian; src_bytes must be
+ *                   2 * product(shape).
+ *   dtype:  GLYD_DTYPE_BF16 or GLYD_DTYPE_FP16.
+ *   shape, ndim:   ndim <= GLYD_MAX_DIMS; shape may be NULL when ndim == 0.
+ *   layout: GLYD_LAYOUT_FIXED12 or GLYD_LAYOUT_SMALLEST.
+ *   groups: 0 or 1 for one group, else the number of independent slices along
+ *           axis 0 (shape[0] % groups == 0), e.g. the experts.
+ *   workers: threads to use; 0 = all cores.
+ *   out:    receives a new handle; free it with glyd_packed_destroy.
+ * Errors: INVALID_ARGUMENT, SIZE_MISMATCH, OVERFLOW, DTYPE, OUT_OF_MEMORY. */
+int glyd_pack(const void *src, size_t src_bytes, int dtype, const int64_t *shape,
+              size_t ndim, int layout, int64_t groups, int workers, glyd_packed **out);
+
+/* Wraps planes that live in the caller's memory (no copy) as a packed handle,
+ * e.g. planes loaded by another runtime. The caller keeps the memory alive and
+ * unchanged until glyd_packed_destroy. The structure is validated here
+ * (plane lengths, offsets, tables, escape lists); the checksum only by
+ * glyd_packed_verify. */
+int glyd_packed_import(int layout, int dtype, const int64_t *shape, size_t ndim,
+                       const glyd_group *groups, size_t num_groups,
+                       const uint8_t *const planes[GLYD_NUM_PLANES],
+                       const size_t plane_lens[GLYD_NUM_PLANES], uint32_t checksum,
+                       glyd_packed **out);
+
+/* Fills *info. */
+int glyd_packed_describe(const glyd_packed *p, glyd_tensor_info *info);
+/* Fills *out with group g (0 <= g < info.num_groups). */
+int glyd_packed_group(const glyd_packed *p, uint64_t g, glyd_group *out);
+/* Zero-copy view of one plane: *data is valid until the handle is destroyed
+ * (*data may be NULL when *len is 0). */
+int glyd_packed_plane(const glyd_packed *p, int plane, const uint8_t **data, size_t *len);
+/* Decodes all elements into dst (dst_bytes >= info.original_bytes, else
+ * BUFFER_TOO_SMALL). Validates while decoding (ESCAPE_*, EXPONENT_TABLE, CORRUPT). */
+int glyd_packed_unpack(const glyd_packed *p, void *dst, size_t dst_bytes, int workers);
+/* Decodes group g only into dst (dst_bytes >= 2 * group elements). */
+int glyd_packed_unpack_group(const glyd_packed *p, uint64_t g, void *dst, size_t dst_bytes);
+/* Decodes and compares with the stored checksum (CHECKSUM on mismatch). */
+int glyd_packed_verify(const glyd_packed *p, int workers);
+/* Frees the handle (and its planes if the library made them). NULL is fine. */
+void glyd_packed_destroy(glyd_packed *p);
+
+/* ---- Checkpoint writer --------------------------------------------------- */
+
+typedef struct glyd_writer glyd_writer;
+
+/* glyd_writer_open flags */
+#define GLYD_WRITER_OVERWRITE 1u  /* replace an existing dir once the new one is complete */
+
+/* Starts a checkpoint that will appear at dir on commit. Everything is written
+ * to a temporary sibling folder (glyd_writer_temp_dir) and renamed into place
+ * by glyd_writer_commit, so a crash never leaves a half-written checkpoint
+ * under dir. max_shard_size: bytes per safetensors shard (0 = 5 GB).
+ * Errors: INVALID_ARGUMENT, EXISTS (dir exists and no OVERWRITE flag), IO. */
+int glyd_writer_open(const char *dir, uint64_t max_shard_size, uint32_t flags,
+                     glyd_writer **out);
+/* The temporary folder; callers may add their own files there (config.json)
+ * before commit. Owned by the writer. */
+const char *glyd_writer_temp_dir(const glyd_writer *w);
+/* Appends a packed tensor; its planes are stored as U8 tensors name + ".glyd_"
+ * + plane name. The data is written before the call returns. */
+int glyd_writer_add_packed(glyd_writer *w, const char *name, const glyd_packed *p);
+/* Appends an unpacked tensor. dtype is a safetensors dtype ("BF16", "F32",
+ * "I64", ...); nbytes must equal its size times product(shape). */
+int glyd_writer_add_raw(glyd_writer *w, const char *name, const char *dtype,
+                        const int64_t *shape, size_t ndim, const void *data, size_t nbytes);
+/* Finishes shards, index and descriptor, syncs, and renames into place. */
+int glyd_writer_commit(glyd_writer *w);
+/* Removes the temporary folder. Safe to call twice, and after commit (no-op). */
+int glyd_writer_abort(glyd_writer *w);
+/* Aborts if not committed, then frees. NULL is fine. */
+void glyd_writer_destroy(glyd_writer *w);
+/* Message of the writer's last failed call ("" if none); owned by the writer. */
+const char *glyd_writer_errmsg(const glyd_writer *w);
+
+/* ---- Checkpoint reader --------------------------------------------------- */
+
+typedef struct glyd_reader glyd_reader;
+
+/* Opens a checkpoint folder: memory-maps its shards and validates headers,
+ * byte ranges, the descriptor and every packed tensor's structure before
+ * returning. max_format_version: newest format accepted (0 = the newest this
+ * library reads). Errors: NOT_FOUND, IO, TRUNCATED, HEADER, RANGE_*,
+ * SIZE_MISMATCH, OVERFLOW, DESCRIPTOR, VERSION, and the codec's. */
+int glyd_reader_open(const char *dir, int max_format_version, glyd_reader **out);
+/* "glyd-v1" or "glyd-v2"; owned by the reader. */
+const char *glyd_reader_format(const glyd_reader *r);
+/* Number of tensors (packed and raw). */
+size_t glyd_reader_count(const glyd_reader *r);
+/* Name of tensor i (sorted by name); owned by the reader. */
+int glyd_reader_name(const glyd_reader *r, size_t i, const char **name);
+/* Index of the tensor called name (NOT_FOUND if none). */
+int glyd_reader_find(const glyd_reader *r, const char *name, size_t *i);
+/* Summary of tensor i. */
+int glyd_reader_describe(const glyd_reader *r, size_t i, glyd_tensor_info *info);
+/* Group g of packed tensor i. */
+int glyd_reader_group(const glyd_reader *r, size_t i, uint64_t g, glyd_group *out);
+/* Zero-copy view of a plane of packed tensor i, inside the memory map. */
+int glyd_reader_plane(const glyd_reader *r, size_t i, int plane, const uint8_t **data,
+                      size_t *len);
+/* Zero-copy view of raw tensor i's bytes. */
+int glyd_reader_raw(const glyd_reader *r, size_t i, const void **data, size_t *len);
+/* Decodes packed tensor i into dst (dst_bytes >= info.original_bytes), or
+ * copies raw tensor i. */
+int glyd_reader_unpack(const glyd_reader *r, size_t i, void *dst, size_t dst_bytes);
+/* Decodes tensor i and checks its checksum (CHECKSUM names tensor and file). */
+int glyd_reader_verify(const glyd_reader *r, size_t i);
+/* Unmaps and frees. NULL is fine. Plane and raw views die with the reader. */
+void glyd_reader_close(glyd_reader *r);
+/* Message of the reader's last failed call ("" if none); owned by the reader. */
+const char *glyd_reader_errmsg(const glyd_reader *r);
+
+/* ---- GPU: begin ---- */
+/* ---- GPU: end ---- */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GLYD_H */
