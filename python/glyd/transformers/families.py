@@ -1,0 +1,135 @@
+"""What Glyd packs in a transformers model, decided by weight layout.
+
+Packed (lossless, so packing never changes a result; the choice is about size):
+
+* the weight of every ``nn.Linear`` (and subclass) in bf16/fp16 — one group;
+* every expert weight, in any experts module (a module of the model's own code
+  whose class name contains "Expert"): 3-D parameters ``[E, ...]`` are packed
+  with one group per expert (E groups, format glyd-v2) whatever the order of
+  the other axes. This covers, by layout:
+
+  ============================  =====================================================
+  layout                        families (transformers 5.17)
+  ============================  =====================================================
+  fused 3-D ``[E,2I,H]/[E,H,I]``  the ~55 ``@use_experts_implementation`` families
+                                (mixtral, qwen*_moe, deepseek_v2/v3, olmoe, glm4_moe,
+                                granitemoe*, jamba, minimax, phimoe, ...), Step 3.7
+  no gate ``up_proj [E,I,H]``     nemotron_h
+  transposed+interleaved+bias   gpt-oss (biases ``[E,2I]``/``[E,H]`` stay raw)
+  transposed, all experts       llama4 (``[E,H,2I]``/``[E,I,H]``)
+  ``E+Z`` rows                    longcat_flash (``gate_up_proj [E+Z,...]``)
+  parallel experts              jetmoe (``input_linear/output_linear.weight``, also
+                                the attention experts of ``JetMoeMoA``)
+  grouped GEMM ``fc1/fc2``        aria (``weight [E,in,out]``)
+  2-D stacked ``[E*I, H]``        dbrx (``w1, v1, w2``: E groups of I rows)
+  per-expert nn.Linear          switch_transformers, nllb_moe (packed as Linears)
+  ============================  =====================================================
+
+Left unpacked (stored as they are):
+
+* the output embedding (``lm_head``) and every tied weight: tied tensors must
+  stay one tensor (the input embedding is a lookup table, not a Linear);
+* routers (modules whose path contains "router", ``...gate`` Linears of MoE
+  blocks, ``shared_expert_gate``): tiny, and read directly by routing code;
+* embeddings, norms, biases, convolutions, scales, buffers, fp32 weights;
+* anything in ``modules_to_not_convert``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+PACKABLE_DTYPES = (torch.bfloat16, torch.float16)
+
+_ROUTER_LEAVES = {"gate", "router", "shared_expert_gate", "classifier", "wg"}
+
+
+@dataclass(frozen=True)
+class PackItem:
+    module: str      # module path
+    attr: str        # parameter name in that module
+    groups: int      # 1, or the number of experts
+    experts: bool    # the module is an experts module
+    layout: str      # what kind of weight, for logs and docs ("linear", "experts-3d", ...)
+
+
+def is_experts_module(m: nn.Module) -> bool:
+    cls = type(m)
+    return (not cls.__module__.startswith("torch.")) and "expert" in cls.__name__.lower() and not isinstance(m, nn.Linear)
+
+
+def _num_experts(m: nn.Module, parent_cfg=None):
+    for a in ("num_experts", "moe_num_experts", "num_local_experts", "n_routed_experts"):
+        v = getattr(m, a, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def is_router(name: str, m: nn.Module) -> bool:
+    parts = name.split(".")
+    if any("router" in p for p in parts):
+        return True
+    if "Router" in type(m).__name__ or "Gate" in type(m).__name__:
+        return True
+    return parts[-1] in _ROUTER_LEAVES and parts[-2:-1] != ["self_attn"]
+
+
+def default_skips(model: nn.Module) -> set:
+    """Modules never packed: output embeddings and tied weights (transformers'
+    own default for quantizers), as module paths."""
+    skips = set()
+    try:
+        tied = getattr(model, "all_tied_weights_keys", None) or {}
+        for k, v in tied.items():
+            skips.add(k.rsplit(".", 1)[0])
+            skips.add(v.rsplit(".", 1)[0])
+    except Exception:
+        pass
+    try:
+        out = model.get_output_embeddings()
+    except Exception:
+        out = None
+    if out is not None:
+        for name, m in model.named_modules():
+            if m is out:
+                skips.add(name)
+    return skips
+
+
+def _skipped(name: str, skips) -> bool:
+    for s in skips:
+        if name == s or name.endswith("." + s) or name.startswith(s + "."):
+            return True
+    return False
+
+
+def pack_plan(model: nn.Module, modules_to_not_convert=None) -> list:
+    """The list of PackItem to pack, in module order."""
+    from .modules import GlydModule
+
+    skips = default_skips(model) | set(modules_to_not_convert or ())
+    items = []
+    for name, m in model.named_modules():
+        if not name or _skipped(name, skips) or isinstance(m, GlydModule):
+            continue
+        if isinstance(m, nn.Linear):
+            w = m._parameters.get("weight")
+            if w is None or w.dtype not in PACKABLE_DTYPES or w.ndim != 2 or w.numel() == 0:
+                continue
+            if is_router(name, m):
+                continue
+            items.append(PackItem(name, "weight", 1, False, "linear"))
+        elif is_experts_module(m):
+            e = _num_experts(m)
+            for attr, p in m._parameters.items():
+                if p is None or p.dtype not in PACKABLE_DTYPES or "bias" in attr or p.numel() == 0:
+                    continue
+                if p.ndim == 3 and p.shape[0] > 1:
+                    items.append(PackItem(name, attr, int(p.shape[0]), True, "experts-3d"))
+                elif p.ndim == 2 and e and p.shape[0] % e == 0 and p.shape[0] > e:
+                    items.append(PackItem(name, attr, e, True, "experts-2d"))
+    return items

@@ -1,0 +1,356 @@
+"""Packed modules: how a transformers module keeps its weights packed.
+
+Glyd does not re-implement the math of any model. A module whose weights are
+packed keeps its own class, ``forward``, activation and gating; Glyd only takes
+the packed parameters out of ``_parameters`` and puts a :class:`PackedWeight`
+child in their place (``q_proj.weight`` -> ``q_proj.glyd_weight``,
+``experts.gate_up_proj`` -> ``experts.glyd_gate_up``). Reading the old
+attribute (``module.weight``, ``experts.gate_up_proj``) returns the weight
+decoded to its exact bf16 bits, so every line of the family's code, including
+code that reads ``.weight`` directly (routers, Mamba projections, LongCat's
+classifier), runs unchanged and gives bit-identical results on the CPU.
+
+How the weight is decoded (dispatch, per call):
+
+* planes on the meta device -> a meta tensor of the right shape and dtype;
+* planes on the CPU -> libglyd decodes. Linear weights are cached by default
+  (decoded once, reused: the CPU runs at bf16 speed); expert weights are decoded
+  per call, and only the experts the tokens are routed to (``unpack_group``)
+  into a scratch buffer shared by the layers;
+* planes on a GPU -> the hooks :data:`GPU_HOOKS` (filled by the CUDA code):
+  ``"linear"(module, x)`` and ``"experts"(module, *args, **kwargs)`` replace
+  the whole forward when ``module.exact`` is False; ``"decode"(holder, groups)``
+  decodes planes on the device. Without hooks the planes are copied to the CPU,
+  decoded there and the bf16 weight is cached on the GPU (decode-on-load).
+
+``exact=True`` (a flag on every packed module) always takes the decode path:
+decode to bf16, then the very torch op of the bf16 model (D9 of the design).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+from typing import Optional
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..tensor import PLANE_NAMES, Group, PackedTensor
+
+#: Hooks for the GPU path, filled by the CUDA code (glyd.gpu):
+#:   "linear":  fn(module: GlydLinear, x) -> y         fused decode+matmul
+#:   "experts": fn(module, *args, **kwargs) -> y        fused experts forward
+#:   "decode":  fn(holder: PackedWeight, groups) -> bf16 tensor on the planes' device
+GPU_HOOKS: dict = {"linear": None, "experts": None, "decode": None}
+
+#: Names of the attributes a packed tensor replaces, and the child that holds
+#: it. The child names avoid the substrings transformers' checkpoint conversions
+#: search for (``gate_up_proj``, ``down_proj``, ``experts.N.``).
+_ALIASES = {"gate_up_proj": "gate_up", "down_proj": "down", "up_proj": "up", "gate_proj": "gate"}
+
+
+def holder_name(attr: str) -> str:
+    """Child-module name holding the packed form of parameter ``attr``."""
+    return "glyd_" + _ALIASES.get(attr, attr)
+
+
+def packed_tensor_name(module_name: str, attr: str) -> str:
+    """Name of the packed tensor of ``module_name.attr`` in a checkpoint; its
+    planes are ``f"{name}.glyd_{plane}"`` = the holder's parameters."""
+    return f"{module_name}.{holder_name(attr)}" if module_name else holder_name(attr)
+
+
+class PackedWeight(nn.Module):
+    """Holds one packed tensor: its byte planes as uint8 parameters
+    (``glyd_sm``, ``glyd_code``, ...) plus what the descriptor says of it."""
+
+    def __init__(self, attr: str, layout: str, dtype: torch.dtype, shape, groups, checksum: int,
+                 plane_lengths: dict, device="meta", scratch_key: str = ""):
+        super().__init__()
+        self.attr = attr
+        self.layout = layout
+        self.dtype = dtype
+        self.shape = tuple(int(s) for s in shape)
+        self.groups = list(groups)
+        self.checksum = int(checksum)
+        self.compute_dtype: Optional[torch.dtype] = None  # cast after decoding (from_pretrained(dtype=...))
+        self.cache_decoded = True
+        self.cache_armed = False  # set once the planes hold their final data (after loading)
+        self.scratch_key = scratch_key
+        for name in PLANE_NAMES:
+            if name in plane_lengths:
+                p = torch.empty(int(plane_lengths[name]), dtype=torch.uint8, device=device)
+                self.register_parameter("glyd_" + name, nn.Parameter(p, requires_grad=False))
+        self._packed: Optional[PackedTensor] = None
+        self._packed_key = None
+        self._decoded: Optional[torch.Tensor] = None
+        self._decoded_key = None
+
+    @classmethod
+    def from_packed(cls, attr: str, packed: PackedTensor, scratch_key: str = "") -> "PackedWeight":
+        """A holder around an existing PackedTensor (used when packing in memory)."""
+        planes = packed.planes
+        h = cls(attr, packed.layout, packed.dtype, packed.shape, packed.groups, packed.checksum,
+                {k: v.numel() for k, v in planes.items()}, device="cpu", scratch_key=scratch_key)
+        for k, v in planes.items():
+            getattr(h, "glyd_" + k).data = v
+        h._packed, h._packed_key = packed, h._planes_key()
+        h.cache_armed = True
+        return h
+
+    # ---- the packed tensor ---------------------------------------------------------
+    @property
+    def num_groups(self) -> int:
+        return len(self.groups)
+
+    @property
+    def device(self) -> torch.device:
+        return self.glyd_sm.device
+
+    def planes(self) -> dict:
+        out = {}
+        for name in PLANE_NAMES:
+            p = self._parameters.get("glyd_" + name)
+            out[name] = p.data if p is not None else torch.empty(0, dtype=torch.uint8, device=self.device)
+        return out
+
+    def _planes_key(self):
+        return tuple((p.data_ptr(), p.numel(), p.device) for p in self._parameters.values())
+
+    def packed(self) -> PackedTensor:
+        """The planes as a glyd.PackedTensor (CPU planes wrapped without a copy;
+        GPU planes copied to the CPU)."""
+        key = self._planes_key()
+        if self._packed is None or self._packed_key != key:
+            planes = {k: v.detach().cpu() for k, v in self.planes().items()}
+            self._packed = PackedTensor.from_planes(self.layout, self.dtype, self.shape, self.groups, planes,
+                                                    self.checksum)
+            self._packed_key = key
+        return self._packed
+
+    def verify(self) -> None:
+        """Decode and compare with the checksum of the original bytes (ChecksumError)."""
+        self.packed().verify()
+
+    # ---- decoding ----------------------------------------------------------------------
+    def _group_view(self, t: torch.Tensor) -> torch.Tensor:
+        # (G, rows per group, *rest): group g is one expert, contiguous.
+        g = self.num_groups
+        return t.view(g, self.shape[0] // g, *self.shape[1:])
+
+    def decode(self, groups=None) -> torch.Tensor:
+        """The weight in its original dtype (or compute_dtype), on the planes' device.
+
+        groups: None for all of it; else the groups (experts) that must be right,
+        the others hold stale values (the caller routes no token to them)."""
+        dev = self.device
+        if dev.type == "meta":
+            return torch.empty(self.shape, dtype=self.compute_dtype or self.dtype, device="meta")
+        key = self._planes_key()
+        if self._decoded is not None and self._decoded_key == key:
+            return self._decoded
+        if groups is not None and self.num_groups > 1 and not self.cache_decoded and dev.type == "cpu":
+            return self._decode_groups(groups)
+        hook = GPU_HOOKS.get("decode")
+        if dev.type != "cpu" and hook is not None:
+            w = hook(self, None)
+        else:
+            w = self.packed().unpack()
+            if dev.type != "cpu":
+                w = w.to(dev)
+        if self.compute_dtype is not None and w.dtype != self.compute_dtype:
+            w = w.to(self.compute_dtype)
+        if self.cache_armed and (self.cache_decoded or dev.type != "cpu"):
+            self._decoded, self._decoded_key = w, key
+        return w
+
+    def _decode_groups(self, groups) -> torch.Tensor:
+        buf = _scratch(self.scratch_key, self.shape, self.dtype)
+        view = self._group_view(buf)
+        p = self.packed()
+        n = self.num_groups
+        for g in groups:  # ids >= n are EP sentinels or LongCat's zero experts: no weights
+            g = int(g)
+            if 0 <= g < n:
+                p.unpack_group(g, out=view[g])
+        if self.compute_dtype is not None and buf.dtype != self.compute_dtype:
+            return buf.to(self.compute_dtype)
+        return buf
+
+    def drop_cache(self) -> None:
+        self._decoded = None
+
+    def extra_repr(self) -> str:
+        return (f"attr={self.attr!r}, layout={self.layout}, shape={self.shape}, dtype={self.dtype}, "
+                f"groups={self.num_groups}")
+
+    def _apply(self, fn, recurse=True):
+        # .to()/.cuda(): the planes move; a decoded copy would be stale.
+        self._decoded = None
+        return super()._apply(fn, recurse)
+
+
+_SCRATCH: dict = {}
+_SCRATCH_LOCK = threading.Lock()
+
+
+def _scratch(key: str, shape, dtype) -> torch.Tensor:
+    """A CPU buffer per (role, shape, dtype), shared by the layers: expert
+    weights decoded for one call live here until the next layer's call."""
+    k = (threading.get_ident(), key, tuple(shape), dtype)
+    with _SCRATCH_LOCK:
+        buf = _SCRATCH.get(k)
+        if buf is None:
+            buf = torch.zeros(shape, dtype=dtype)
+            _SCRATCH[k] = buf
+    return buf
+
+
+def clear_scratch() -> None:
+    """Free the shared expert scratch buffers."""
+    with _SCRATCH_LOCK:
+        _SCRATCH.clear()
+
+
+# ---- packed modules ------------------------------------------------------------------------
+
+class GlydModule:
+    """Mixin of every packed module: attributes named in ``_glyd_attrs`` decode
+    from their PackedWeight child. ``exact`` selects the decode-then-torch path."""
+
+    exact: bool = False
+
+    def __getattr__(self, name):
+        d = self.__dict__
+        attrs = d.get("_glyd_attrs")
+        if attrs is not None and name in attrs:
+            holder = d["_modules"][attrs[name]]
+            return holder.decode(d.get("_glyd_active"))
+        return super().__getattr__(name)
+
+    def glyd_weights(self) -> dict:
+        """attr -> PackedWeight of this module."""
+        return {a: self._modules[h] for a, h in self.__dict__["_glyd_attrs"].items()}
+
+
+class GlydLinear(GlydModule, nn.Linear):
+    """nn.Linear whose weight is packed. CPU: F.linear on the decoded bf16 weight
+    (identical to nn.Linear); GPU: the "linear" hook unless exact."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        hook = GPU_HOOKS.get("linear")
+        if hook is not None and not self.exact and input.device.type == "cuda":
+            return hook(self, input)
+        return F.linear(input, self.weight, self.bias)
+
+
+class GlydExperts(GlydModule):
+    """Mixin for experts modules: the family's own forward runs; when its call
+    names the routed experts (``forward(hidden_states, top_k_index,
+    top_k_weights)``, the v5 experts signature), only those are decoded."""
+
+    _glyd_routing_arg: Optional[int] = None  # position of top_k_index in forward's args
+
+    def forward(self, *args, **kwargs):
+        hook = GPU_HOOKS.get("experts")
+        if hook is not None and not self.exact and args and torch.is_tensor(args[0]) and args[0].device.type == "cuda":
+            return hook(self, *args, **kwargs)
+        pos = self._glyd_routing_arg
+        if pos is None:
+            return super().forward(*args, **kwargs)
+        idx = args[pos] if len(args) > pos else kwargs.get("top_k_index")
+        if idx is None or not torch.is_tensor(idx) or idx.device.type == "meta":
+            return super().forward(*args, **kwargs)
+        self.__dict__["_glyd_active"] = _RoutedGroups(idx)
+        try:
+            return super().forward(*args, **kwargs)
+        finally:
+            self.__dict__["_glyd_active"] = None
+
+
+class _RoutedGroups:
+    """The experts named by a routing tensor, computed once per call."""
+
+    def __init__(self, idx: torch.Tensor):
+        self.idx = idx
+        self._list = None
+
+    def __iter__(self):
+        if self._list is None:
+            self._list = torch.unique(self.idx.detach().reshape(-1)).tolist()
+        return iter(self._list)
+
+
+_CLASS_CACHE: dict = {}
+
+
+def _routing_arg_position(cls) -> Optional[int]:
+    try:
+        sig = inspect.signature(cls.forward)
+    except (TypeError, ValueError):
+        return None
+    names = [p for p in sig.parameters if p != "self"]
+    if len(names) >= 3 and names[1] == "top_k_index":
+        return 1
+    return None
+
+
+def packed_class(cls: type, experts: bool) -> type:
+    """The packed subclass of a module class (cached): GlydLinear for nn.Linear,
+    Glyd<Class> = (GlydExperts|GlydModule, Class) for the others."""
+    if cls is nn.Linear:
+        return GlydLinear
+    if issubclass(cls, GlydModule):
+        return cls
+    key = (cls, experts)
+    new = _CLASS_CACHE.get(key)
+    if new is None:
+        bases = (GlydExperts, cls) if experts else (GlydModule, cls)
+        ns = {"__module__": __name__, "__qualname__": "Glyd" + cls.__name__}
+        if experts:
+            ns["_glyd_routing_arg"] = _routing_arg_position(cls)
+        new = type("Glyd" + cls.__name__, bases, ns)
+        _CLASS_CACHE[key] = new
+    return new
+
+
+_DIGITS = re.compile(r"\.\d+(?=\.|$)")
+
+
+def scratch_key(module_name: str, attr: str) -> str:
+    """Role of a tensor, the same for every layer: model.layers.*.mlp.experts.gate_up_proj."""
+    return _DIGITS.sub(".*", f"{module_name}.{attr}")
+
+
+def install(module: nn.Module, module_name: str, holders: dict, experts: bool, exact: bool = False) -> nn.Module:
+    """Make ``module`` a packed module in place: remove the parameters named in
+    ``holders`` (attr -> PackedWeight) and add the holders as children."""
+    attrs = dict(module.__dict__.get("_glyd_attrs") or {})
+    for attr, holder in holders.items():
+        if attr in module._parameters:
+            del module._parameters[attr]
+        elif attr in module._buffers:
+            del module._buffers[attr]
+        hname = holder_name(attr)
+        module._modules[hname] = holder
+        attrs[attr] = hname
+    module.__dict__["_glyd_attrs"] = attrs
+    module.__dict__["_glyd_active"] = None
+    module.__class__ = packed_class(type(module), experts)
+    module.exact = exact
+    return module
+
+
+def iter_packed_modules(model: nn.Module):
+    """(name, module) of every packed module of a model."""
+    for name, m in model.named_modules():
+        if isinstance(m, GlydModule):
+            yield name, m
+
+
+def set_exact(model: nn.Module, exact: bool) -> None:
+    for _, m in iter_packed_modules(model):
+        m.exact = exact
