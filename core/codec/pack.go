@@ -1,0 +1,311 @@
+package codec
+
+import (
+	"encoding/binary"
+
+	"github.com/glyd/glyd/core/status"
+)
+
+// Pack packs src, the elements of a tensor of the given dtype and shape in
+// row-major order, into the layout of opt. Every element, whatever its bits
+// (±0, subnormals, ±Inf, NaN payloads), decodes to the same bits. The
+// packed bytes depend only on src, dt, shape, opt.Layout and opt.Groups.
+//
+// Errors: status.DType for an unknown dtype; status.InvalidArgument for bad
+// options, a negative dimension, or groups that do not split Shape[0];
+// status.Overflow if the shape has more than MaxElements elements;
+// status.SizeMismatch if len(src) differs from the shape's element count.
+func Pack(src []uint16, dt DType, shape []int64, opt Options) (*Tensor, error) {
+	d, ok := dt.info()
+	if !ok {
+		return nil, status.Errorf(status.DType, "cannot pack dtype %v (want bf16 or fp16)", dt)
+	}
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	for _, s := range shape {
+		if s < 0 {
+			return nil, status.Errorf(status.InvalidArgument, "negative dimension %d in shape %v", s, shape)
+		}
+	}
+	total, err := shapeElements(shape)
+	if err != nil {
+		return nil, err
+	}
+	if len(src) != total {
+		return nil, status.Errorf(status.SizeMismatch, "%d elements given for shape %v (%d elements)", len(src), shape, total)
+	}
+	G := max(opt.Groups, 1)
+	if G > 1 && (len(shape) == 0 || shape[0] < int64(G) || shape[0]%int64(G) != 0) {
+		return nil, status.Errorf(status.InvalidArgument, "%d groups do not split shape %v along axis 0", G, shape)
+	}
+	workers, err := workerCount(opt.Workers)
+	if err != nil {
+		return nil, err
+	}
+	pk := &packer{src: src, shape: shape, d: d, dt: dt, layout: opt.Layout, G: G, per: total / G}
+	return pk.run(workers)
+}
+
+type packer struct {
+	src    []uint16
+	shape  []int64
+	d      dtypeInfo
+	dt     DType
+	layout Layout
+	G, per int
+
+	units      []unit
+	chunksPer  int      // chunks per group
+	hist       []uint16 // per chunk, 256 exponent counts
+	unitHist   [][256]uint64
+	unitCRC    []uint32
+	cnt2, cnt3 []int // per chunk: level-2 and level-3 codes (Smallest)
+	cntEsc     []int // per chunk: escapes
+	off2, off3 []int // per chunk: segment offsets within the group
+	offEsc     []int // per chunk: first escape entry within the group
+	fixedLUT   [][256]uint8
+	encLUT     [][256]uint32
+	t          *Tensor
+}
+
+// scratch is one worker's buffers.
+type scratch struct {
+	exps [ChunkElements]byte
+	buf2 [seg2Buf]byte
+	buf3 [seg3Buf]byte
+}
+
+func (pk *packer) run(workers int) (*Tensor, error) {
+	G, per := pk.G, pk.per
+	pk.units = makeUnits(0, G, per)
+	pk.chunksPer = numChunks(per)
+	C := G * pk.chunksPer
+	U := len(pk.units)
+	pk.hist = make([]uint16, 256*C)
+	pk.unitHist = make([][256]uint64, U)
+	pk.unitCRC = make([]uint32, U)
+	t := &Tensor{Layout: pk.layout, DType: pk.dt, Shape: append(make([]int64, 0, len(pk.shape)), pk.shape...), Groups: make([]Group, G)}
+	pk.t = t
+
+	// Pass 1: exponent histogram of every chunk, and CRC of every unit.
+	if err := parallel(U, workers, pk.histUnit); err != nil {
+		return nil, err
+	}
+	var crc uint32
+	for u, us := range pk.units {
+		crc = crcCombine(crc, pk.unitCRC[u], 2*uint64(us.hi-us.lo))
+	}
+	t.Checksum = crc
+
+	// Tables of every group, from its histogram.
+	groupHist := make([][256]uint64, G)
+	for u, us := range pk.units {
+		for e := range groupHist[us.g] {
+			groupHist[us.g][e] += pk.unitHist[u][e]
+		}
+	}
+	if pk.layout == Fixed12 {
+		pk.fixedLUT = make([][256]uint8, G)
+	} else {
+		pk.encLUT = make([][256]uint32, G)
+	}
+	for g := range t.Groups {
+		grp := &t.Groups[g]
+		grp.Elements = uint64(per)
+		if pk.layout == Fixed12 {
+			grp.Base = chooseBase(&groupHist[g], pk.d.maxExp)
+			pk.fixedLUT[g] = fixed12Codes(grp.Base)
+		} else {
+			grp.Table, grp.Base = chooseSmallest(&groupHist[g], pk.d.maxExp)
+			pk.encLUT[g] = smallestEnc(&groupHist[g], grp.Table, grp.Base)
+		}
+	}
+
+	// Pass 2: per chunk counts of level-2/3 codes and escapes.
+	pk.cnt2, pk.cnt3, pk.cntEsc = make([]int, C), make([]int, C), make([]int, C)
+	if err := parallel(U, workers, pk.countUnit); err != nil {
+		return nil, err
+	}
+
+	// Offsets of every chunk and group; allocate the planes.
+	pk.off2, pk.off3, pk.offEsc = make([]int, C), make([]int, C), make([]int, C)
+	var tot2, tot3, totEsc int
+	for g := range t.Groups {
+		grp := &t.Groups[g]
+		var o2, o3, oe int
+		for c := g * pk.chunksPer; c < (g+1)*pk.chunksPer; c++ {
+			pk.off2[c], pk.off3[c], pk.offEsc[c] = o2, o3, oe
+			o2 += (pk.cnt2[c] + 3) / 4
+			o3 += (pk.cnt3[c] + 1) / 2
+			oe += pk.cntEsc[c]
+		}
+		grp.Escapes = uint64(oe)
+		grp.Offsets[PlaneSM] = uint64(g * pk.d.smSize(per))
+		grp.Offsets[PlaneCode] = uint64(g * codeSize(pk.layout, per))
+		grp.Offsets[PlaneEscIdx] = uint64(EscIdxBytes * totEsc)
+		grp.Offsets[PlaneEscExp] = uint64(totEsc)
+		if pk.layout == Smallest {
+			grp.Offsets[PlaneCode2] = uint64(tot2)
+			grp.Offsets[PlaneCode3] = uint64(tot3)
+			grp.Offsets[PlaneChunks] = uint64(g * ChunkEntryBytes * pk.chunksPer)
+		}
+		tot2 += o2
+		tot3 += o3
+		totEsc += oe
+	}
+	t.Planes[PlaneSM] = make([]byte, G*pk.d.smSize(per))
+	t.Planes[PlaneCode] = make([]byte, G*codeSize(pk.layout, per))
+	t.Planes[PlaneEscIdx] = make([]byte, EscIdxBytes*totEsc)
+	t.Planes[PlaneEscExp] = make([]byte, totEsc)
+	if pk.layout == Smallest {
+		t.Planes[PlaneCode2] = make([]byte, tot2)
+		t.Planes[PlaneCode3] = make([]byte, tot3)
+		t.Planes[PlaneChunks] = make([]byte, ChunkEntryBytes*C)
+		for c := 0; c < C; c++ {
+			binary.LittleEndian.PutUint64(t.Planes[PlaneChunks][ChunkEntryBytes*c:], uint64(pk.off2[c]))
+			binary.LittleEndian.PutUint64(t.Planes[PlaneChunks][ChunkEntryBytes*c+8:], uint64(pk.off3[c]))
+		}
+	}
+
+	// Pass 3: encode.
+	scr := make([]scratch, min(workers, max(U, 1)))
+	if err := parallel(U, workers, func(w, u int) error { return pk.encodeUnit(&scr[w], u) }); err != nil {
+		return nil, err
+	}
+	pk.hist = nil
+	return t, nil
+}
+
+// chunkSrc returns the elements of chunk c (global index) and its group
+// and first element within the group.
+func (pk *packer) chunkSrc(c int) (x []uint16, g, lo int) {
+	g, lo = c/pk.chunksPer, (c%pk.chunksPer)*ChunkElements
+	hi := min(lo+ChunkElements, pk.per)
+	base := g * pk.per
+	return pk.src[base+lo : base+hi], g, lo
+}
+
+// unitChunks returns the global indices [c0, c1) of unit us's chunks.
+func (pk *packer) unitChunks(us unit) (c0, c1 int) {
+	first := us.g * pk.chunksPer
+	return first + us.lo/ChunkElements, first + numChunks(us.hi)
+}
+
+// histUnit is pass 1 for unit u: chunk histograms, unit histogram, CRC.
+func (pk *packer) histUnit(_, u int) error {
+	us := pk.units[u]
+	base := us.g * pk.per
+	pk.unitCRC[u] = crcUpdate(0, pk.src[base+us.lo:base+us.hi])
+	uh := &pk.unitHist[u]
+	c0, c1 := pk.unitChunks(us)
+	for c := c0; c < c1; c++ {
+		x, _, _ := pk.chunkSrc(c)
+		h := (*[256]uint16)(pk.hist[256*c : 256*c+256])
+		if pk.dt == BF16 {
+			histBF16(x, h)
+		} else {
+			histFP16(x, h)
+		}
+		for e, n := range h {
+			uh[e] += uint64(n)
+		}
+	}
+	return nil
+}
+
+// countUnit is pass 2 for unit u: per chunk, the number of level-2 and
+// level-3 codes and escapes.
+func (pk *packer) countUnit(_, u int) error {
+	us := pk.units[u]
+	c0, c1 := pk.unitChunks(us)
+	for c := c0; c < c1; c++ {
+		h := (*[256]uint16)(pk.hist[256*c : 256*c+256])
+		if pk.layout == Fixed12 {
+			lut := &pk.fixedLUT[us.g]
+			n := 0
+			for e, k := range h {
+				if lut[e] == 15 {
+					n += int(k)
+				}
+			}
+			pk.cntEsc[c] = n
+		} else {
+			pk.cnt2[c], pk.cnt3[c], pk.cntEsc[c] = smallestCounts(h, &pk.encLUT[us.g])
+		}
+	}
+	return nil
+}
+
+// encodeUnit is pass 3 for unit u: every plane of its chunks.
+func (pk *packer) encodeUnit(s *scratch, u int) error {
+	t := pk.t
+	us := pk.units[u]
+	grp := &t.Groups[us.g]
+	smg := t.Planes[PlaneSM][grp.Offsets[PlaneSM]:]
+	codeg := t.Planes[PlaneCode][grp.Offsets[PlaneCode]:]
+	escIdx := t.Planes[PlaneEscIdx][grp.Offsets[PlaneEscIdx] : grp.Offsets[PlaneEscIdx]+EscIdxBytes*grp.Escapes]
+	escExp := t.Planes[PlaneEscExp][grp.Offsets[PlaneEscExp] : grp.Offsets[PlaneEscExp]+grp.Escapes]
+	c0, c1 := pk.unitChunks(us)
+	for c := c0; c < c1; c++ {
+		x, g, lo := pk.chunkSrc(c)
+		m := len(x)
+		exps := s.exps[:m]
+		sm := smg[pk.d.smSize(lo):pk.d.smSize(lo+m)]
+		if pk.dt == BF16 {
+			splitBF16(x, sm, exps)
+		} else {
+			splitFP16(x, sm, exps)
+		}
+		esc := escWriter{
+			idx: escIdx[EscIdxBytes*pk.offEsc[c] : EscIdxBytes*(pk.offEsc[c]+pk.cntEsc[c])],
+			exp: escExp[pk.offEsc[c] : pk.offEsc[c]+pk.cntEsc[c]],
+		}
+		code := codeg[codeSize(pk.layout, lo):codeSize(pk.layout, lo+m)]
+		if pk.layout == Fixed12 {
+			if !encodeFixed12(exps, code, grp.Base, &pk.fixedLUT[g], lo, &esc) {
+				return status.Errorf(status.Internal, "internal error: escape count of chunk %d", c)
+			}
+		} else {
+			len2, len3, ok := encodeSmallest(exps, code, s.buf2[:], s.buf3[:], &pk.encLUT[g], lo, &esc)
+			if !ok || len2 != (pk.cnt2[c]+3)/4 || len3 != (pk.cnt3[c]+1)/2 {
+				return status.Errorf(status.Internal, "internal error: level-2/3 sizes of chunk %d", c)
+			}
+			o2 := int(grp.Offsets[PlaneCode2]) + pk.off2[c]
+			o3 := int(grp.Offsets[PlaneCode3]) + pk.off3[c]
+			copy(t.Planes[PlaneCode2][o2:o2+len2], s.buf2[:len2])
+			copy(t.Planes[PlaneCode3][o3:o3+len3], s.buf3[:len3])
+		}
+		if esc.k != len(esc.exp) {
+			return status.Errorf(status.Internal, "internal error: escape count of chunk %d", c)
+		}
+	}
+	return nil
+}
+
+// histBF16 counts the exponents of x into h (len(x) <= ChunkElements).
+func histBF16(x []uint16, h *[256]uint16) {
+	var hs [4][256]uint16
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		v := x[i : i+4 : i+4]
+		hs[0][uint8(v[0]>>7)]++
+		hs[1][uint8(v[1]>>7)]++
+		hs[2][uint8(v[2]>>7)]++
+		hs[3][uint8(v[3]>>7)]++
+	}
+	for ; i < len(x); i++ {
+		hs[0][uint8(x[i]>>7)]++
+	}
+	for e := range h {
+		h[e] = hs[0][e] + hs[1][e] + hs[2][e] + hs[3][e]
+	}
+}
+
+// histFP16 counts the exponents of x into h (len(x) <= ChunkElements).
+func histFP16(x []uint16, h *[256]uint16) {
+	*h = [256]uint16{}
+	for _, v := range x {
+		h[v>>10&0x1F]++
+	}
+}

@@ -1,0 +1,97 @@
+package codec
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/glyd/glyd/core/status"
+)
+
+// unit is one piece of parallel work: elements [lo, hi) of group g. lo is a
+// multiple of unitElements; units of a group tile it in order.
+type unit struct {
+	g      int
+	lo, hi int
+}
+
+// makeUnits cuts groups [g0, g1) of per elements each into units.
+func makeUnits(g0, g1, per int) []unit {
+	perGroup := (per + unitElements - 1) / unitElements
+	us := make([]unit, 0, (g1-g0)*perGroup)
+	for g := g0; g < g1; g++ {
+		for lo := 0; lo < per; lo += unitElements {
+			us = append(us, unit{g: g, lo: lo, hi: min(lo+unitElements, per)})
+		}
+	}
+	return us
+}
+
+// parallel calls fn(w, i) for every i in [0, n) on up to workers goroutines
+// (w in [0, workers) names the goroutine, for scratch buffers). It returns
+// the error of the smallest i that failed, so the error does not depend on
+// scheduling; after a failure, items past it are skipped. A panic in fn is
+// returned as a status.Internal error instead of killing the process.
+func parallel(n, workers int, fn func(w, i int) error) error {
+	if workers > n {
+		workers = n
+	}
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			if err := safeCall(fn, 0, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var (
+		next    atomic.Int64
+		failed  atomic.Int64 // smallest failed item, n if none
+		mu      sync.Mutex
+		errs    = map[int]error{}
+		wg      sync.WaitGroup
+		nn      = int64(n)
+		workerN = workers
+	)
+	failed.Store(nn)
+	wg.Add(workerN)
+	for w := 0; w < workerN; w++ {
+		go func(w int) {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= nn {
+					return
+				}
+				if i > failed.Load() {
+					continue
+				}
+				if err := safeCall(fn, w, int(i)); err != nil {
+					mu.Lock()
+					errs[int(i)] = err
+					for {
+						f := failed.Load()
+						if i >= f || failed.CompareAndSwap(f, i) {
+							break
+						}
+					}
+					mu.Unlock()
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	if f := failed.Load(); f < nn {
+		return errs[int(f)]
+	}
+	return nil
+}
+
+func safeCall(fn func(w, i int) error, w, i int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = status.Errorf(status.Internal, "internal error in codec: %v", fmt.Sprint(r))
+		}
+	}()
+	return fn(w, i)
+}
