@@ -2,7 +2,8 @@
 
 Packed (lossless, so packing never changes a result; the choice is about size):
 
-* the weight of every ``nn.Linear`` (and subclass) in bf16/fp16 — one group;
+* the weight of every ``nn.Linear`` (and subclass) and of GPT-2's ``Conv1D``
+  in bf16/fp16 — one group;
 * every expert weight, in any experts module (a module of the model's own code
   whose class name contains "Expert"): 3-D parameters ``[E, ...]`` are packed
   with one group per expert (E groups, format glyd-v2) whatever the order of
@@ -111,12 +112,16 @@ def pack_plan(model: nn.Module, modules_to_not_convert=None) -> list:
     """The list of PackItem to pack, in module order."""
     from .modules import GlydModule
 
+    try:
+        from transformers.pytorch_utils import Conv1D  # GPT-2's linear layer, weight [in, out]
+    except ImportError:  # pragma: no cover
+        Conv1D = nn.Linear
     skips = default_skips(model) | set(modules_to_not_convert or ())
     items = []
     for name, m in model.named_modules():
         if not name or _skipped(name, skips) or isinstance(m, GlydModule):
             continue
-        if isinstance(m, nn.Linear):
+        if isinstance(m, (nn.Linear, Conv1D)):
             w = m._parameters.get("weight")
             if w is None or w.dtype not in PACKABLE_DTYPES or w.ndim != 2 or w.numel() == 0:
                 continue

@@ -261,7 +261,8 @@ class GlydExperts(GlydModule):
         pos = self._glyd_routing_arg
         if pos is None:
             return super().forward(*args, **kwargs)
-        idx = args[pos] if len(args) > pos else kwargs.get("top_k_index")
+        idx = args[pos] if len(args) > pos else next(
+            (kwargs[k] for k in _ROUTING_NAMES if k in kwargs), None)
         if idx is None or not torch.is_tensor(idx) or idx.device.type == "meta":
             return super().forward(*args, **kwargs)
         self.__dict__["_glyd_active"] = _RoutedGroups(idx)
@@ -293,9 +294,13 @@ def _routing_arg_position(cls) -> Optional[int]:
     except (TypeError, ValueError):
         return None
     names = [p for p in sig.parameters if p != "self"]
-    if len(names) >= 3 and names[1] == "top_k_index":
+    if len(names) >= 3 and names[1] in _ROUTING_NAMES:
         return 1
     return None
+
+
+#: Names of the routing argument of experts forwards (v5: top_k_index; gpt-oss: router_indices).
+_ROUTING_NAMES = ("top_k_index", "router_indices", "selected_experts", "top_k_indices")
 
 
 def packed_class(cls: type, experts: bool) -> type:

@@ -117,10 +117,15 @@ def save_pretrained(model, save_directory, layout: str = "fixed12", max_shard_si
                     packed_holders[f"{tname}.{pname}"] = (tname, mname, attr, h)
     if not plan and not packed_holders:
         dtypes = sorted({str(p.dtype).split(".")[1] for p in model.parameters()})
+        if not any(d in ("bfloat16", "float16") for d in dtypes):
+            hint = ("its parameters are " + ", ".join(dtypes) + "; convert the model first, e.g. "
+                    "model.to(torch.bfloat16), if that is what you want (packing is exact for the converted weights)")
+        else:
+            hint = ("it has no bf16/fp16 weight of an nn.Linear or experts module outside the modules kept "
+                    "unpacked (lm_head, tied weights, routers, modules_to_not_convert)")
         raise InvalidArgumentError(
-            1, f"nothing to pack in {type(model).__name__}: Glyd packs bf16/fp16 weights of nn.Linear and experts "
-               f"modules, and this model has none (parameter dtypes: {', '.join(dtypes)}). "
-               f"Convert it first, e.g. model.to(torch.bfloat16), if that is what you want.")
+            1, f"nothing to pack in {type(model).__name__}: Glyd packs the bf16/fp16 weights of nn.Linear and "
+               f"experts modules, and {hint}.")
 
     skips = default_skips(model) | set(modules_to_not_convert or ())
     sd = _state_dict_to_save(model)
