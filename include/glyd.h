@@ -256,6 +256,120 @@ void glyd_reader_close(glyd_reader *r);
 const char *glyd_reader_errmsg(const glyd_reader *r);
 
 /* ---- GPU: begin ---- */
+
+/* GPU runtime (CUDA; compute capability 8.0 or newer, driver r580 or newer).
+ *
+ * libglyd.so never links the CUDA driver: the first glyd_gpu_* call dlopen()s
+ * libcuda.so.1. Where that fails, or no device exists, every GPU call returns
+ * GLYD_ERR_NO_GPU and glyd_last_error() says why; CPU functions keep working.
+ *
+ * Rules of every GPU call:
+ *   - Device memory belongs to the caller: Glyd never allocates or frees
+ *     device memory. Pointers marked "device" are device addresses (what
+ *     torch.Tensor.data_ptr() or cudaMalloc give).
+ *   - Work is enqueued on `stream` (a cudaStream_t / CUstream; NULL = the
+ *     legacy default stream) and the call returns without synchronizing, so
+ *     calls can be captured in CUDA graphs. Errors detected while enqueuing
+ *     are returned; a fault inside a kernel surfaces at the caller's next
+ *     synchronization, as with any CUDA work.
+ *   - The device's primary context (the one the CUDA runtime and PyTorch use)
+ *     is pushed before and popped after the call; the calling thread's
+ *     current context is left unchanged.
+ *   - Thread-safe. The first call on a device loads Glyd's kernels on it
+ *     (tens of milliseconds); do it before capturing a graph.
+ * Errors common to all: NO_GPU, CUDA (the driver's error name in
+ * glyd_last_error), UNSUPPORTED (e.g. no kernel for this GPU or layout),
+ * INVALID_ARGUMENT. */
+
+/* Properties of one device. */
+typedef struct glyd_gpu_info {
+    char name[256];           /* e.g. "NVIDIA H200" */
+    int cc_major, cc_minor;   /* compute capability */
+    int multiprocessors;
+    int shared_optin;         /* max shared memory per block with opt-in, bytes */
+    int shared_per_sm;        /* shared memory per multiprocessor, bytes */
+    int l2_bytes;
+    int clock_khz;            /* SM clock */
+    int mem_clock_khz;        /* memory clock */
+    int bus_width;            /* memory bus width, bits */
+    int driver_version;       /* CUDA version of the driver, 1000*major + 10*minor */
+    uint64_t total_mem;       /* bytes */
+} glyd_gpu_info;
+
+/* A packed tensor whose planes live in device memory. Metadata is host
+ * memory, read during the call only. */
+typedef struct glyd_gpu_tensor {
+    int layout;                /* GLYD_LAYOUT_FIXED12 or GLYD_LAYOUT_SMALLEST */
+    int dtype;                 /* GLYD_DTYPE_BF16 (the only dtype the kernels take) */
+    size_t ndim;               /* <= GLYD_MAX_DIMS */
+    int64_t shape[GLYD_MAX_DIMS];
+    const glyd_group *groups;  /* host array of num_groups groups (glyd_packed_group) */
+    size_t num_groups;
+    /* Device address of each plane's first byte (all groups), NULL for a plane
+     * that is empty. Group g's slice of plane p is at planes[p] +
+     * groups[g].offsets[p]. The fused kernels read the sm and code planes with
+     * 16-byte loads: give them 16-byte aligned planes (torch allocations are
+     * 256-byte aligned) or a slower path is taken. */
+    const void *planes[GLYD_NUM_PLANES];
+    /* Device address of the escape row index (glyd_gpu_build_escape_index);
+     * glyd_gpu_linear needs it when the tensor has escapes. NULL otherwise. */
+    const void *esc_rows;
+} glyd_gpu_tensor;
+
+/* Loads the CUDA driver (once per process). GLYD_OK if it is usable. */
+int glyd_gpu_init(void);
+
+/* Number of CUDA devices in *count. */
+int glyd_gpu_device_count(int *count);
+
+/* Fills *info for device `device` (0-based CUDA ordinal). */
+int glyd_gpu_device_info(int device, glyd_gpu_info *info);
+
+/* Decodes group `group` of t (or all groups, in order, when group == -1) to
+ * bf16 at dst (device; dst_bytes >= 2 * elements decoded, else
+ * BUFFER_TOO_SMALL). Bit-exact: dst holds the original bits of every element.
+ * Enqueues one kernel per group, plus one per group that has escapes. */
+int glyd_gpu_decode(int device, void *stream, const glyd_gpu_tensor *t, int64_t group,
+                    void *dst, size_t dst_bytes);
+
+/* Size in bytes of t's escape row index (0 when t has no escapes). t must be a
+ * single-group tensor of >= 2 dimensions (the index has one entry per row of
+ * the matrix [product of all but the last dimension, last dimension], + 1). */
+int glyd_gpu_escape_index_bytes(const glyd_gpu_tensor *t, size_t *bytes);
+
+/* Builds t's escape row index at dst (device, dst_bytes >=
+ * glyd_gpu_escape_index_bytes). Do it once when the planes are placed on the
+ * device, then set t->esc_rows = dst. */
+int glyd_gpu_build_escape_index(int device, void *stream, const glyd_gpu_tensor *t, void *dst,
+                                size_t dst_bytes);
+
+/* Workspace glyd_gpu_linear needs for w and `rows` rows, in bytes (may be 0). */
+int glyd_gpu_linear_workspace_bound(const glyd_gpu_tensor *w, int64_t rows, size_t *bytes);
+
+/* y = x · wᵀ (+ bias), decoding w inside the kernel (the bf16 weight is never
+ * written to memory).
+ *   x:    device, bf16 [rows, K], contiguous.
+ *   w:    packed [N, K], GLYD_LAYOUT_FIXED12, one group (UNSUPPORTED otherwise:
+ *         decode it with glyd_gpu_decode and multiply instead).
+ *   bias: device, bf16 [N], or NULL.
+ *   y:    device, bf16 [rows, N], contiguous; must not overlap x.
+ *   workspace: device, workspace_bytes >= glyd_gpu_linear_workspace_bound
+ *         (NULL when that is 0).
+ * Accumulates in fp32: y is within bf16 rounding of a bf16 matmul of x and
+ * the decoded weight, and deterministic (the same inputs give the same bits). */
+int glyd_gpu_linear(int device, void *stream, const void *x, int64_t rows,
+                    const glyd_gpu_tensor *w, const void *bias, void *y, void *workspace,
+                    size_t workspace_bytes);
+
+/* Name of the kernel glyd_gpu_linear runs for w and `rows` (static storage),
+ * for diagnostics and benchmarks. */
+int glyd_gpu_linear_kernel(const glyd_gpu_tensor *w, int64_t rows, const char **name);
+
+/* Benchmarks only: make glyd_gpu_linear use kernel configuration `name` (as
+ * returned by glyd_gpu_linear_kernel, or "generic") for every call of the
+ * process; NULL or "" restores the automatic choice. NOT_FOUND if unknown. */
+int glyd_gpu_force_kernel(const char *name);
+
 /* ---- GPU: end ---- */
 
 #ifdef __cplusplus

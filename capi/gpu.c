@@ -1,0 +1,34 @@
+// The glyd_gpu_* entry points of include/glyd.h: thin wrappers over the
+// glydgo_gpu_* exports of gpu.go, so the compiler checks each prototype
+// against its definition (the convention of glyd.c).
+#include "glyd.h"
+#include "_cgo_export.h"
+
+int glyd_gpu_init(void) { return glydgo_gpu_init(); }
+int glyd_gpu_device_count(int *count) { return glydgo_gpu_device_count(count); }
+int glyd_gpu_device_info(int device, glyd_gpu_info *info) {
+    return glydgo_gpu_device_info(device, info);
+}
+int glyd_gpu_decode(int device, void *stream, const glyd_gpu_tensor *t, int64_t group, void *dst,
+                    size_t dst_bytes) {
+    return glydgo_gpu_decode(device, stream, (glyd_gpu_tensor *)t, group, dst, dst_bytes);
+}
+int glyd_gpu_escape_index_bytes(const glyd_gpu_tensor *t, size_t *bytes) {
+    return glydgo_gpu_escape_index_bytes((glyd_gpu_tensor *)t, bytes);
+}
+int glyd_gpu_build_escape_index(int device, void *stream, const glyd_gpu_tensor *t, void *dst,
+                                size_t dst_bytes) {
+    return glydgo_gpu_build_escape_index(device, stream, (glyd_gpu_tensor *)t, dst, dst_bytes);
+}
+int glyd_gpu_linear_workspace_bound(const glyd_gpu_tensor *w, int64_t rows, size_t *bytes) {
+    return glydgo_gpu_linear_workspace_bound((glyd_gpu_tensor *)w, rows, bytes);
+}
+int glyd_gpu_linear(int device, void *stream, const void *x, int64_t rows, const glyd_gpu_tensor *w,
+                    const void *bias, void *y, void *workspace, size_t workspace_bytes) {
+    return glydgo_gpu_linear(device, stream, (void *)x, rows, (glyd_gpu_tensor *)w, (void *)bias, y,
+                             workspace, workspace_bytes);
+}
+int glyd_gpu_linear_kernel(const glyd_gpu_tensor *w, int64_t rows, const char **name) {
+    return glydgo_gpu_linear_kernel((glyd_gpu_tensor *)w, rows, (char **)name);
+}
+int glyd_gpu_force_kernel(const char *name) { return glydgo_gpu_force_kernel((char *)name); }

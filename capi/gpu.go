@@ -1,0 +1,238 @@
+package main
+
+// The GPU half of the C ABI (include/glyd.h, between "GPU: begin" and
+// "GPU: end"): glydgo_gpu_* exports wrapped by the glyd_gpu_* functions of
+// gpu.c. Every export recovers panics into GLYD_ERR_INTERNAL (guard).
+
+/*
+#include <stdlib.h>
+#include "glyd.h"
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/glyd/glyd/core/codec"
+	"github.com/glyd/glyd/core/gpu"
+	"github.com/glyd/glyd/core/status"
+)
+
+// gpuTensor converts a glyd_gpu_tensor (C memory, read during the call).
+func gpuTensor(t *C.glyd_gpu_tensor) (*gpu.DeviceTensor, error) {
+	if t == nil {
+		return nil, errArg("tensor is NULL")
+	}
+	shape, err := goShape(&t.shape[0], t.ndim)
+	if err != nil {
+		return nil, err
+	}
+	if t.num_groups == 0 || t.groups == nil {
+		return nil, errArg("tensor has no groups")
+	}
+	if t.num_groups > 1<<24 {
+		return nil, errArg("num_groups %d is implausible", t.num_groups)
+	}
+	cg := unsafe.Slice(t.groups, int(t.num_groups))
+	groups := make([]codec.Group, len(cg))
+	for i := range cg {
+		g := &groups[i]
+		g.Elements = uint64(cg[i].elements)
+		g.Escapes = uint64(cg[i].escapes)
+		g.Base = uint8(cg[i].base)
+		for j := 0; j < 6; j++ {
+			g.Table[j] = uint8(cg[i].table[j])
+		}
+		for p := 0; p < codec.NumPlanes; p++ {
+			g.Offsets[p] = uint64(cg[i].offsets[p])
+		}
+	}
+	d := &gpu.DeviceTensor{
+		Layout: codec.Layout(t.layout), DType: codec.DType(t.dtype), Shape: shape, Groups: groups,
+		EscRows: uintptr(t.esc_rows),
+	}
+	if t.layout < 0 || t.layout > 255 || t.dtype < 0 || t.dtype > 255 {
+		return nil, errArg("layout %d / dtype %d out of range", t.layout, t.dtype)
+	}
+	for p := 0; p < codec.NumPlanes; p++ {
+		d.Planes[p] = uintptr(t.planes[p])
+	}
+	return d, nil
+}
+
+//export glydgo_gpu_init
+func glydgo_gpu_init() (rc C.int) {
+	defer guard(&rc)
+	return result(gpu.Init())
+}
+
+//export glydgo_gpu_device_count
+func glydgo_gpu_device_count(count *C.int) (rc C.int) {
+	defer guard(&rc)
+	if count == nil {
+		return fail(errArg("count is NULL"))
+	}
+	n, err := gpu.DeviceCount()
+	if err != nil {
+		return fail(err)
+	}
+	*count = C.int(n)
+	return C.int(status.OK)
+}
+
+//export glydgo_gpu_device_info
+func glydgo_gpu_device_info(device C.int, info *C.glyd_gpu_info) (rc C.int) {
+	defer guard(&rc)
+	if info == nil {
+		return fail(errArg("info is NULL"))
+	}
+	in, err := gpu.DeviceInfo(int(device))
+	if err != nil {
+		return fail(err)
+	}
+	*info = C.glyd_gpu_info{}
+	name := []byte(in.Name)
+	if len(name) > 255 {
+		name = name[:255]
+	}
+	for i, b := range name {
+		info.name[i] = C.char(b)
+	}
+	info.cc_major, info.cc_minor = C.int(in.Major), C.int(in.Minor)
+	info.multiprocessors = C.int(in.SMs)
+	info.shared_optin, info.shared_per_sm = C.int(in.SharedOptin), C.int(in.SharedPerSM)
+	info.l2_bytes, info.clock_khz, info.mem_clock_khz = C.int(in.L2Bytes), C.int(in.ClockKHz), C.int(in.MemClockKHz)
+	info.bus_width, info.driver_version = C.int(in.BusWidth), C.int(in.DriverVersion)
+	info.total_mem = C.uint64_t(in.TotalMem)
+	return C.int(status.OK)
+}
+
+//export glydgo_gpu_decode
+func glydgo_gpu_decode(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_tensor, group C.int64_t, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
+	defer guard(&rc)
+	d, err := gpuTensor(t)
+	if err != nil {
+		return fail(err)
+	}
+	if group < -1 || group >= C.int64_t(len(d.Groups)) {
+		return fail(errArg("group %d out of range (%d groups)", group, len(d.Groups)))
+	}
+	if need := 2 * d.Elements(int(group)); uint64(dstBytes) < need {
+		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_decode: dst_bytes %d < %d", dstBytes, need))
+	}
+	return result(gpu.Decode(int(device), uintptr(stream), d, int(group), uintptr(dst)))
+}
+
+//export glydgo_gpu_escape_index_bytes
+func glydgo_gpu_escape_index_bytes(t *C.glyd_gpu_tensor, bytes *C.size_t) (rc C.int) {
+	defer guard(&rc)
+	if bytes == nil {
+		return fail(errArg("bytes is NULL"))
+	}
+	d, err := gpuTensor(t)
+	if err != nil {
+		return fail(err)
+	}
+	n, err := gpu.EscapeIndexBytes(d)
+	if err != nil {
+		return fail(err)
+	}
+	*bytes = C.size_t(n)
+	return C.int(status.OK)
+}
+
+//export glydgo_gpu_build_escape_index
+func glydgo_gpu_build_escape_index(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_tensor, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
+	defer guard(&rc)
+	d, err := gpuTensor(t)
+	if err != nil {
+		return fail(err)
+	}
+	need, err := gpu.EscapeIndexBytes(d)
+	if err != nil {
+		return fail(err)
+	}
+	if uint64(dstBytes) < need {
+		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_build_escape_index: dst_bytes %d < %d", dstBytes, need))
+	}
+	return result(gpu.BuildEscapeIndex(int(device), uintptr(stream), d, uintptr(dst)))
+}
+
+//export glydgo_gpu_linear_workspace_bound
+func glydgo_gpu_linear_workspace_bound(w *C.glyd_gpu_tensor, rows C.int64_t, bytes *C.size_t) (rc C.int) {
+	defer guard(&rc)
+	if bytes == nil {
+		return fail(errArg("bytes is NULL"))
+	}
+	d, err := gpuTensor(w)
+	if err != nil {
+		return fail(err)
+	}
+	n, err := gpu.LinearWorkspaceBound(d, int(rows))
+	if err != nil {
+		return fail(err)
+	}
+	*bytes = C.size_t(n)
+	return C.int(status.OK)
+}
+
+//export glydgo_gpu_linear
+func glydgo_gpu_linear(device C.int, stream unsafe.Pointer, x unsafe.Pointer, rows C.int64_t, w *C.glyd_gpu_tensor, bias unsafe.Pointer, y unsafe.Pointer, ws unsafe.Pointer, wsBytes C.size_t) (rc C.int) {
+	defer guard(&rc)
+	d, err := gpuTensor(w)
+	if err != nil {
+		return fail(err)
+	}
+	if rows < 0 || rows > 1<<40 {
+		return fail(errArg("rows %d out of range", rows))
+	}
+	need, err := gpu.LinearWorkspaceBound(d, int(rows))
+	if err != nil {
+		return fail(err)
+	}
+	if uint64(wsBytes) < need {
+		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_linear: workspace_bytes %d < %d", wsBytes, need))
+	}
+	return result(gpu.Linear(int(device), uintptr(stream), uintptr(x), int(rows), d, uintptr(bias), uintptr(y), uintptr(ws), uint64(wsBytes)))
+}
+
+var (
+	kernelNameMu sync.Mutex
+	kernelNameC  = map[string]*C.char{} // static storage for glyd_gpu_linear_kernel
+)
+
+//export glydgo_gpu_linear_kernel
+func glydgo_gpu_linear_kernel(w *C.glyd_gpu_tensor, rows C.int64_t, name **C.char) (rc C.int) {
+	defer guard(&rc)
+	if name == nil {
+		return fail(errArg("name is NULL"))
+	}
+	d, err := gpuTensor(w)
+	if err != nil {
+		return fail(err)
+	}
+	if len(d.Shape) == 0 || len(d.Groups) != 1 {
+		return fail(status.Errorf(status.Unsupported, "glyd_gpu_linear_kernel: need a single-group matrix"))
+	}
+	s := gpu.ConfigFor(d, int(rows))
+	kernelNameMu.Lock()
+	c, ok := kernelNameC[s]
+	if !ok {
+		c = C.CString(s)
+		kernelNameC[s] = c
+	}
+	kernelNameMu.Unlock()
+	*name = c
+	return C.int(status.OK)
+}
+
+//export glydgo_gpu_force_kernel
+func glydgo_gpu_force_kernel(name *C.char) (rc C.int) {
+	defer guard(&rc)
+	s := ""
+	if name != nil {
+		s = C.GoString(name)
+	}
+	return result(gpu.ForceConfig(s))
+}

@@ -1,0 +1,165 @@
+package gpu
+
+/*
+#include "driver.h"
+*/
+import "C"
+
+import (
+	"github.com/glyd/glyd/core/codec"
+	"github.com/glyd/glyd/core/status"
+)
+
+// AllGroups asks Decode for every group of a tensor.
+const AllGroups = -1
+
+func groupParams(t *DeviceTensor, g int) C.glyd_kparams {
+	gr := &t.Groups[g]
+	var p C.glyd_kparams
+	at := func(pl codec.Plane) C.glyd_u64 {
+		if t.Planes[pl] == 0 {
+			return 0
+		}
+		return C.glyd_u64(uint64(t.Planes[pl]) + gr.Offsets[pl])
+	}
+	p.sm = at(codec.PlaneSM)
+	p.code = at(codec.PlaneCode)
+	p.code2 = at(codec.PlaneCode2)
+	p.code3 = at(codec.PlaneCode3)
+	p.chunks = at(codec.PlaneChunks)
+	p.escidx = at(codec.PlaneEscIdx)
+	p.escexp = at(codec.PlaneEscExp)
+	p.n = C.glyd_u64(gr.Elements)
+	p.escapes = C.glyd_u64(gr.Escapes)
+	p.base = C.glyd_u32(gr.Base)
+	for i := 0; i < 6; i++ {
+		p.table[i] = C.glyd_u32(gr.Table[i])
+	}
+	return p
+}
+
+func gridFor(work uint64, per uint64, cap int) uint32 {
+	b := (work + per - 1) / per
+	if b < 1 {
+		b = 1
+	}
+	if b > uint64(cap) {
+		b = uint64(cap)
+	}
+	return uint32(b)
+}
+
+// Decode writes the bf16 bits of group g of t (AllGroups: the whole tensor,
+// groups in order) to dst, a device buffer of Elements(g)*2 bytes, on the
+// caller's stream. Bit-exact for every input the codec produces. Launches one
+// kernel per group, plus one for the escapes of groups that have any.
+func Decode(dev int, stream uintptr, t *DeviceTensor, g int, dst uintptr) error {
+	if err := t.validate(); err != nil {
+		return err
+	}
+	if g < AllGroups || g >= len(t.Groups) {
+		return status.Errorf(status.InvalidArgument, "gpu: group %d out of range (%d groups)", g, len(t.Groups))
+	}
+	if dst == 0 && t.Elements(g) > 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: nil destination")
+	}
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	first, last := g, g
+	if g == AllGroups {
+		first, last = 0, len(t.Groups)-1
+	}
+	out := uint64(dst)
+	for i := first; i <= last; i++ {
+		p := groupParams(t, i)
+		p.dst = C.glyd_u64(out)
+		n := t.Groups[i].Elements
+		out += 2 * n
+		if n == 0 {
+			continue
+		}
+		sms := d.info.SMs
+		switch t.Layout {
+		case codec.Fixed12:
+			if uint64(p.sm)%16 == 0 && uint64(p.code)%16 == 0 && uint64(p.dst)%16 == 0 && n >= 32 {
+				err = launch(dev, kDecodeF12Vec, gridFor(n/32, 256, sms*8), 1, 256, 0, stream, &p)
+			} else {
+				err = launch(dev, kDecodeF12Scalar, gridFor(n, 256, sms*16), 1, 256, 0, stream, &p)
+			}
+		case codec.Smallest:
+			err = launch(dev, kDecodeSmall, gridFor(n, 4096, sms*16), 1, 256, 0, stream, &p)
+		}
+		if err != nil {
+			return err
+		}
+		if t.Groups[i].Escapes > 0 {
+			if err = launch(dev, kEscapeScatter, gridFor(t.Groups[i].Escapes, 256, sms*8), 1, 256, 0, stream, &p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// matrixDims returns (rows, K) of a single-group tensor seen as a matrix
+// [product of all but the last dimension, last dimension].
+func matrixDims(t *DeviceTensor) (int64, int64, error) {
+	if len(t.Shape) < 2 {
+		return 0, 0, status.Errorf(status.Unsupported, "gpu: need a matrix, have shape %v", t.Shape)
+	}
+	if len(t.Groups) != 1 {
+		return 0, 0, status.Errorf(status.Unsupported, "gpu: %d groups: the fused kernels take single-group tensors", len(t.Groups))
+	}
+	k := t.Shape[len(t.Shape)-1]
+	n := int64(1)
+	for _, d := range t.Shape[:len(t.Shape)-1] {
+		n *= d
+	}
+	return n, k, nil
+}
+
+// EscapeIndexBytes is the size of the escape row index of t: 4*(rows+1)
+// bytes, rows = product of all but the last dimension (0 if t needs none).
+func EscapeIndexBytes(t *DeviceTensor) (uint64, error) {
+	if err := t.validate(); err != nil {
+		return 0, err
+	}
+	n, _, err := matrixDims(t)
+	if err != nil {
+		return 0, err
+	}
+	if t.Groups[0].Escapes == 0 {
+		return 0, nil
+	}
+	return 4 * uint64(n+1), nil
+}
+
+// BuildEscapeIndex writes the escape row index of t to dst (EscapeIndexBytes
+// bytes) on the caller's stream: for each weight row r, the position of its
+// first escape in the escape list. Run it once after placing the tensor on
+// the GPU, then set t.EscRows = dst.
+func BuildEscapeIndex(dev int, stream uintptr, t *DeviceTensor, dst uintptr) error {
+	need, err := EscapeIndexBytes(t)
+	if err != nil || need == 0 {
+		return err
+	}
+	if dst == 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: nil destination")
+	}
+	if t.Groups[0].Escapes >= 1<<32 {
+		return status.Errorf(status.Unsupported, "gpu: %d escapes: the row index holds 32-bit positions", t.Groups[0].Escapes)
+	}
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	n, k, _ := matrixDims(t)
+	p := groupParams(t, 0)
+	p.dst = C.glyd_u64(dst)
+	p.N = C.glyd_i64(n)
+	p.K = C.glyd_i64(k)
+	_ = d
+	return launch(dev, kEscapeRows, gridFor(uint64(n+1), 256, 1<<30), 1, 256, 0, stream, &p)
+}

@@ -1,0 +1,67 @@
+/*
+ * driver.h — Glyd's own minimal binding of the CUDA driver API.
+ *
+ * libcuda.so.1 is dlopen()ed at the first GPU call (never linked: the library
+ * must load on machines without a driver). Entry points are resolved through
+ * cuGetProcAddress_v2 with hand-written declarations; no NVIDIA header is
+ * needed to build. Every helper is named glyd_* (a function named cu* would
+ * interpose libcuda for the whole process).
+ *
+ * Every call that touches a device pushes the device's PRIMARY context (the
+ * one PyTorch and the runtime API use) and pops it before returning, so the
+ * caller's thread is left as it was.
+ */
+#ifndef GLYD_DRIVER_H
+#define GLYD_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "glyd_kernel_params.h"
+
+/* Results of the glyd_drv_* calls. */
+enum {
+	GLYD_DRV_OK = 0,
+	GLYD_DRV_NO_GPU = 1,      /* no driver library, or cuInit failed, or no device */
+	GLYD_DRV_CUDA = 2,        /* the driver returned an error (err holds its name) */
+	GLYD_DRV_UNSUPPORTED = 3, /* driver too old, or no kernel image for this device */
+	GLYD_DRV_ARG = 4,         /* bad device index or kernel index */
+};
+
+#define GLYD_MAX_DEVICES 64
+#define GLYD_MAX_KERNELS 64
+#define GLYD_ERRLEN 256
+
+typedef struct glyd_devinfo {
+	char name[256];
+	int cc_major, cc_minor;
+	int sms;
+	int smem_optin;   /* max shared memory per block with opt-in, bytes */
+	int smem_per_sm;  /* shared memory per multiprocessor, bytes */
+	int l2_bytes;
+	int clock_khz;
+	int mem_clock_khz;
+	int bus_width;
+	uint64_t total_mem;
+} glyd_devinfo;
+
+/* Loads the driver once per process; later calls return the first result. */
+int glyd_drv_init(char *err);
+int glyd_drv_version(int *version);
+int glyd_drv_device_count(int *count, char *err);
+int glyd_drv_device_info(int dev, glyd_devinfo *info, char *err);
+
+/* Loads the module (fatbin image) on device dev once, resolves the nkernels
+ * kernel names (names: NUL-separated list) and raises each kernel's dynamic
+ * shared-memory limit to smem_max (bytes, 0 = leave). Thread-safe; later calls
+ * return the first result. */
+int glyd_drv_device_load(int dev, const void *image, const char *names, int nkernels, int smem_max, char *err);
+
+/* Launches kernel k of device dev with one glyd_kparams argument on stream
+ * (0 = legacy default stream). No allocation, no synchronization. */
+int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
+                    uintptr_t stream, const glyd_kparams *p, char *err);
+
+/* Registers and local memory of kernel k (for the report). */
+int glyd_drv_kernel_attrs(int dev, int k, int *regs, int *local_bytes, int *max_threads, char *err);
+
+#endif

@@ -1,0 +1,54 @@
+/*
+ * glyd_kernel_params.h — the one argument block every Glyd kernel takes.
+ *
+ * Shared by the CUDA kernels (the .cu files of kernels/, compiled by nvcc) and the host
+ * driver layer (core/gpu, compiled by cgo), so both sides agree on the layout
+ * byte for byte. Every kernel takes exactly one parameter of this
+ * type, passed by value through cuLaunchKernel (the driver copies it at launch,
+ * so a graph capture keeps its own copy).
+ *
+ * Addresses are device addresses stored as 64-bit integers (never host
+ * pointers). Fields a kernel does not use are ignored; the host zeroes them.
+ */
+#ifndef GLYD_KERNEL_PARAMS_H
+#define GLYD_KERNEL_PARAMS_H
+
+#ifdef __CUDACC__
+typedef unsigned long long glyd_u64;
+typedef long long glyd_i64;
+typedef unsigned int glyd_u32;
+#else
+#include <stdint.h>
+typedef uint64_t glyd_u64;
+typedef int64_t glyd_i64;
+typedef uint32_t glyd_u32;
+#endif
+
+typedef struct glyd_kparams {
+	/* Planes of ONE group (group offsets already added by the host). */
+	glyd_u64 sm;      /* PlaneSM: one sign+mantissa byte per weight (bf16) */
+	glyd_u64 code;    /* PlaneCode: fixed12 4-bit codes / smallest 2-bit level-1 codes */
+	glyd_u64 code2;   /* PlaneCode2 (smallest): 2-bit level-2 codes, per-chunk segments */
+	glyd_u64 code3;   /* PlaneCode3 (smallest): 4-bit level-3 codes, per-chunk segments */
+	glyd_u64 chunks;  /* PlaneChunks (smallest): 2 x uint64 per 4096-element chunk */
+	glyd_u64 escidx;  /* PlaneEscIdx: uint64 element index within the group, ascending */
+	glyd_u64 escexp;  /* PlaneEscExp: uint8 exponent of each escape */
+	glyd_u64 escrows; /* uint32[N+1] escape row index (BuildEscapeIndex), or 0 if no escapes */
+	/* Operands. */
+	glyd_u64 x;    /* bf16 [rows, K] activations, row-major, contiguous */
+	glyd_u64 bias; /* bf16 [N] or 0 */
+	glyd_u64 y;    /* bf16 [rows, N] output, row-major, contiguous */
+	glyd_u64 dst;  /* bf16 [n] decode output */
+	/* Sizes. */
+	glyd_u64 n;       /* elements in the group */
+	glyd_u64 escapes; /* escape entries in the group */
+	glyd_i64 rows;    /* rows of x and y (tokens) */
+	glyd_i64 N;       /* output features (rows of the weight) */
+	glyd_i64 K;       /* input features (columns of the weight) */
+	/* Exponent tables. */
+	glyd_u32 base;     /* exponent of code 0 of the 4-bit code */
+	glyd_u32 table[6]; /* smallest: exponents of level-1 codes 0..2 and level-2 codes 0..2 */
+	glyd_u32 pad;
+} glyd_kparams;
+
+#endif

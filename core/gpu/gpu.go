@@ -1,0 +1,211 @@
+// Package gpu is Glyd's CUDA runtime: a small driver layer that loads
+// libcuda.so.1 with dlopen at the first GPU call (never linked, so the library
+// also loads on machines without a GPU), and launches the kernels of
+// kernels/*.cu, compiled ahead of time into one fatbin embedded here.
+//
+// Rules every function follows (docs/DESIGN.md D1–D4):
+//   - Device memory belongs to the caller. Nothing here allocates device memory
+//     or synchronizes: every launch goes on the caller's stream (a CUstream /
+//     cudaStream_t as uintptr; 0 is the legacy default stream), so calls can be
+//     captured in CUDA graphs.
+//   - CUDA calls run on the calling thread, inside a push/pop of the device's
+//     primary context (the one PyTorch uses), so the caller's current context
+//     is left untouched.
+//   - Errors carry a status code: status.NoGPU (no driver, no device; the
+//     message says why), status.CUDA (the driver's error name), status.Unsupported,
+//     status.InvalidArgument.
+package gpu
+
+/*
+#cgo CFLAGS: -O2 -std=c99 -Wall
+#cgo LDFLAGS: -ldl -lpthread
+#include <stdlib.h>
+#include "driver.h"
+*/
+import "C"
+
+import (
+	_ "embed"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/glyd/glyd/core/status"
+)
+
+//go:embed kernels.fatbin
+var fatbin []byte
+
+// drvErr turns a glyd_drv_* result into an error.
+func drvErr(rc C.int, err *[C.GLYD_ERRLEN]C.char) error {
+	if rc == C.GLYD_DRV_OK {
+		return nil
+	}
+	msg := "gpu: " + C.GoString(&err[0])
+	switch rc {
+	case C.GLYD_DRV_NO_GPU:
+		return status.Errorf(status.NoGPU, "%s", msg)
+	case C.GLYD_DRV_UNSUPPORTED:
+		return status.Errorf(status.Unsupported, "%s", msg)
+	case C.GLYD_DRV_ARG:
+		return status.Errorf(status.InvalidArgument, "%s", msg)
+	default:
+		return status.Errorf(status.CUDA, "%s", msg)
+	}
+}
+
+// Init loads the CUDA driver once per process. It returns a status.NoGPU
+// error, with the reason, where no usable driver or device exists; the
+// result of the first call is kept.
+func Init() error {
+	var e [C.GLYD_ERRLEN]C.char
+	return drvErr(C.glyd_drv_init(&e[0]), &e)
+}
+
+// DriverVersion returns the CUDA version the driver supports, as
+// 1000*major + 10*minor (13000 for CUDA 13.0).
+func DriverVersion() (int, error) {
+	if err := Init(); err != nil {
+		return 0, err
+	}
+	var v C.int
+	C.glyd_drv_version(&v)
+	return int(v), nil
+}
+
+// DeviceCount returns the number of CUDA devices.
+func DeviceCount() (int, error) {
+	var e [C.GLYD_ERRLEN]C.char
+	var n C.int
+	if err := drvErr(C.glyd_drv_device_count(&n, &e[0]), &e); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// Info describes one device, read from the driver.
+type Info struct {
+	Name             string
+	Major, Minor     int    // compute capability
+	SMs              int    // multiprocessors
+	SharedOptin      int    // max shared memory per block with opt-in, bytes
+	SharedPerSM      int    // shared memory per multiprocessor, bytes
+	L2Bytes          int    // L2 cache size
+	ClockKHz         int    // SM clock
+	MemClockKHz      int    // memory clock
+	BusWidth         int    // memory bus width, bits
+	TotalMem         uint64 // device memory, bytes
+	DriverVersion    int    // 1000*major + 10*minor
+}
+
+// DeviceInfo returns the properties of device dev.
+func DeviceInfo(dev int) (Info, error) {
+	var e [C.GLYD_ERRLEN]C.char
+	var ci C.glyd_devinfo
+	if err := drvErr(C.glyd_drv_device_info(C.int(dev), &ci, &e[0]), &e); err != nil {
+		return Info{}, err
+	}
+	v, _ := DriverVersion()
+	return Info{
+		Name: C.GoString(&ci.name[0]), Major: int(ci.cc_major), Minor: int(ci.cc_minor),
+		SMs: int(ci.sms), SharedOptin: int(ci.smem_optin), SharedPerSM: int(ci.smem_per_sm),
+		L2Bytes: int(ci.l2_bytes), ClockKHz: int(ci.clock_khz), MemClockKHz: int(ci.mem_clock_khz),
+		BusWidth: int(ci.bus_width), TotalMem: uint64(ci.total_mem), DriverVersion: v,
+	}, nil
+}
+
+// kernel names, in the order of the k* constants; looked up at module load.
+var kernelNames = []string{
+	"glyd_decode_f12_vec",
+	"glyd_decode_f12_scalar",
+	"glyd_decode_small",
+	"glyd_escape_scatter",
+	"glyd_escape_rows",
+	"glyd_lin_f12_generic",
+}
+
+const (
+	kDecodeF12Vec = iota
+	kDecodeF12Scalar
+	kDecodeSmall
+	kEscapeScatter
+	kEscapeRows
+	kLinGeneric
+	kLinFirst // the linear configurations of linear.go follow, each name then name_safe
+)
+
+func init() {
+	for _, c := range linConfigs {
+		kernelNames = append(kernelNames, c.name(), c.name()+"_safe")
+	}
+}
+
+// maxDynSmem is the largest dynamic shared memory any configuration asks for.
+const maxDynSmem = 70 * 1024
+
+type device struct {
+	once sync.Once
+	err  error
+	info Info
+}
+
+var devices [C.GLYD_MAX_DEVICES]device
+
+// load makes device dev ready (module loaded, kernels resolved) once.
+func load(dev int) (*device, error) {
+	if dev < 0 || dev >= len(devices) {
+		return nil, status.Errorf(status.InvalidArgument, "gpu: device %d out of range", dev)
+	}
+	d := &devices[dev]
+	d.once.Do(func() {
+		info, err := DeviceInfo(dev)
+		if err != nil {
+			d.err = err
+			return
+		}
+		d.info = info
+		if info.Major < 8 {
+			d.err = status.Errorf(status.Unsupported, "gpu: %s has compute capability %d.%d; Glyd kernels need 8.0 or newer", info.Name, info.Major, info.Minor)
+			return
+		}
+		names := C.CString(strings.Join(kernelNames, "\x00") + "\x00")
+		defer C.free(unsafe.Pointer(names))
+		// The image is copied to C memory once per device and kept: the driver
+		// may read it after cuModuleLoadData returns (it does not, today).
+		img := C.CBytes(fatbin)
+		smem := maxDynSmem
+		if smem > info.SharedOptin {
+			smem = info.SharedOptin
+		}
+		var e [C.GLYD_ERRLEN]C.char
+		d.err = drvErr(C.glyd_drv_device_load(C.int(dev), img, names, C.int(len(kernelNames)), C.int(smem), &e[0]), &e)
+	})
+	return d, d.err
+}
+
+// launch runs kernel k on the caller's stream.
+func launch(dev, k int, gx, gy uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams) error {
+	var e [C.GLYD_ERRLEN]C.char
+	rc := C.glyd_drv_launch(C.int(dev), C.int(k), C.uint(gx), C.uint(gy), 1, C.uint(block), C.uint(smem), C.uintptr_t(stream), p, &e[0])
+	return drvErr(rc, &e)
+}
+
+// KernelAttrs reports registers, local memory and max threads of a kernel by
+// name, for diagnostics (after the device has been used once).
+func KernelAttrs(dev int, name string) (regs, localBytes, maxThreads int, err error) {
+	if _, err = load(dev); err != nil {
+		return
+	}
+	for k, n := range kernelNames {
+		if n == name {
+			var e [C.GLYD_ERRLEN]C.char
+			var r, l, m C.int
+			err = drvErr(C.glyd_drv_kernel_attrs(C.int(dev), C.int(k), &r, &l, &m, &e[0]), &e)
+			return int(r), int(l), int(m), err
+		}
+	}
+	return 0, 0, 0, status.Errorf(status.NotFound, "gpu: no kernel %q", name)
+}
+
+// KernelNames lists the kernels of the embedded fatbin.
+func KernelNames() []string { return append([]string(nil), kernelNames...) }

@@ -1,0 +1,83 @@
+package gpu
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/glyd/glyd/core/codec"
+	"github.com/glyd/glyd/core/status"
+)
+
+// On a machine without a driver (CI), every GPU call must fail cleanly with
+// status.NoGPU and a reason, and never kill the process. With a GPU, Init
+// succeeds.
+func TestInitNoGPUIsClean(t *testing.T) {
+	err := Init()
+	if err == nil {
+		n, err := DeviceCount()
+		if err != nil {
+			t.Fatalf("Init ok but DeviceCount: %v", err)
+		}
+		t.Logf("driver present, %d devices", n)
+		return
+	}
+	if !errors.Is(err, &status.Error{Code: status.NoGPU}) {
+		t.Fatalf("Init without driver: want NoGPU, got %v (code %v)", err, status.CodeOf(err))
+	}
+	if err.Error() == "" {
+		t.Fatal("empty reason")
+	}
+	t.Logf("no GPU: %v", err)
+	if _, err := DeviceInfo(0); status.CodeOf(err) != status.NoGPU {
+		t.Fatalf("DeviceInfo: %v", err)
+	}
+	w := &DeviceTensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: []int64{2, 16},
+		Groups: []codec.Group{{Elements: 32, Base: 100}}}
+	w.Planes[codec.PlaneSM], w.Planes[codec.PlaneCode] = 256, 512
+	if err := Decode(0, 0, w, AllGroups, 1024); status.CodeOf(err) != status.NoGPU {
+		t.Fatalf("Decode: %v", err)
+	}
+	if err := Linear(0, 0, 1024, 1, w, 0, 2048, 0, 0); status.CodeOf(err) != status.NoGPU {
+		t.Fatalf("Linear: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	w := &DeviceTensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: []int64{2, 16},
+		Groups: []codec.Group{{Elements: 31}}}
+	if err := Decode(0, 0, w, AllGroups, 1024); status.CodeOf(err) != status.SizeMismatch {
+		t.Fatalf("size mismatch: %v", err)
+	}
+	w.Groups[0].Elements = 32
+	if err := Decode(0, 0, w, AllGroups, 1024); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("missing planes: %v", err)
+	}
+	w.DType = codec.FP16
+	if err := Decode(0, 0, w, AllGroups, 1024); status.CodeOf(err) != status.Unsupported {
+		t.Fatalf("fp16: %v", err)
+	}
+}
+
+func TestConfigTable(t *testing.T) {
+	names := map[string]bool{}
+	for _, n := range KernelNames() {
+		if names[n] {
+			t.Fatalf("duplicate kernel %s", n)
+		}
+		names[n] = true
+	}
+	for _, c := range linConfigs {
+		if c.smem() > maxDynSmem {
+			t.Fatalf("%s needs %d bytes of shared memory > %d", c.name(), c.smem(), maxDynSmem)
+		}
+		if c.threads() > 1024 || c.WK&(c.WK-1) != 0 {
+			t.Fatalf("%s: bad block", c.name())
+		}
+	}
+	for _, r := range []int64{1, 8, 9, 64, 128, 129, 300, 2048} {
+		c := linConfigs[pickConfig(r)]
+		if r <= 128 && c.tokens() < int(r) && r <= 128 {
+			t.Fatalf("rows %d -> %s covers %d tokens", r, c.name(), c.tokens())
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package gpu
+
+/*
+#include "driver.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/glyd/glyd/core/codec"
+	"github.com/glyd/glyd/core/status"
+)
+
+// linConfig is one tile configuration of the fused fixed12 kernel
+// (kernels/linear.cu): MT m16 weight tiles and NT n8 token tiles per warp,
+// WN warps along the weight rows, WK warps splitting K, U k-blocks in flight.
+type linConfig struct{ MT, NT, WN, WK, U int }
+
+func (c linConfig) name() string {
+	return fmt.Sprintf("glyd_lin_f12_m%dn%dw%dk%du%d", c.MT, c.NT, c.WN, c.WK, c.U)
+}
+func (c linConfig) rows() int    { return 16 * c.MT * c.WN } // weight rows per block
+func (c linConfig) tokens() int  { return 8 * c.NT }         // tokens per block
+func (c linConfig) threads() int { return 32 * c.WN * c.WK }
+func (c linConfig) smem() int {
+	tree := (c.WK / 2) * c.rows() * c.tokens() * 4
+	tile := c.tokens() * (c.rows() + 1) * 4
+	if tree > tile {
+		return tree
+	}
+	return tile
+}
+
+// linConfigs is the table of configurations compiled into the fatbin (the
+// GLYD_LIN lines of kernels/linear.cu, same order). Why each exists:
+//   - decode steps (1..128 tokens) are bound by reading the weights: 16 weight
+//     rows per block and 8 warps splitting K keep N/16 blocks (>= 256 on real
+//     shapes) each with U k-blocks of 2x24 bytes per lane in flight;
+//     the token tiles (NT) grow with the tokens so x is re-read less;
+//   - prompts (>128 tokens) are bound by the tensor cores: 128x128 tiles, no
+//     split-K, weights decoded once per 128 tokens.
+var linConfigs = []linConfig{
+	{1, 1, 1, 8, 4},
+	{1, 1, 1, 8, 2},
+	{1, 2, 1, 8, 4},
+	{1, 4, 1, 8, 2},
+	{1, 8, 1, 8, 2},
+	{2, 8, 1, 8, 2},
+	{1, 16, 1, 8, 2},
+	{2, 8, 4, 1, 1},
+	{2, 16, 4, 1, 1},
+}
+
+// pickConfig returns the index in linConfigs for a number of tokens.
+func pickConfig(rows int64) int {
+	if f := forced.Load(); f > 0 {
+		return int(f - 1)
+	}
+	switch {
+	case rows <= 8:
+		return 0
+	case rows <= 16:
+		return 2
+	case rows <= 32:
+		return 3
+	case rows <= 64:
+		return 4
+	case rows <= 128:
+		return 6
+	case rows <= 192:
+		return 7
+	default:
+		return 8
+	}
+}
+
+var forced atomic.Int32 // 1 + index into linConfigs, 0 = automatic
+
+// ForceConfig makes Linear use the named kernel configuration (a
+// glyd_lin_f12_* name of KernelNames, without _safe) for every call; "" goes
+// back to the automatic choice. For benchmarks and tests only.
+func ForceConfig(name string) error {
+	if name == "" {
+		forced.Store(0)
+		return nil
+	}
+	for i, c := range linConfigs {
+		if c.name() == name {
+			forced.Store(int32(i + 1))
+			return nil
+		}
+	}
+	if name == "generic" {
+		forced.Store(-1)
+		return nil
+	}
+	return status.Errorf(status.NotFound, "gpu: no configuration %q", name)
+}
+
+// ConfigFor names the kernel Linear would run for w and rows tokens.
+func ConfigFor(w *DeviceTensor, rows int) string {
+	if fast, _ := fastPath(w, 0); !fast || forced.Load() < 0 {
+		return "glyd_lin_f12_generic"
+	}
+	return linConfigs[pickConfig(int64(rows))].name()
+}
+
+func fastPath(w *DeviceTensor, x uintptr) (bool, int64) {
+	k := w.Shape[len(w.Shape)-1]
+	g := &w.Groups[0]
+	sm := uint64(w.Planes[codec.PlaneSM]) + g.Offsets[codec.PlaneSM]
+	cd := uint64(w.Planes[codec.PlaneCode]) + g.Offsets[codec.PlaneCode]
+	return k%16 == 0 && sm%16 == 0 && cd%16 == 0 && uint64(x)%16 == 0, k
+}
+
+// LinearWorkspaceBound returns the workspace Linear needs for w and rows
+// tokens, in bytes (0 today: the fixed12 kernels reduce inside a block).
+func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
+	if err := w.validate(); err != nil {
+		return 0, err
+	}
+	return 0, nil
+}
+
+// Linear computes y = x·Wᵀ (+ bias) on the caller's stream, decoding W inside
+// the kernel:
+//
+//	x    bf16 [rows, K], contiguous      w    packed [N, K] (fixed12, one group)
+//	bias bf16 [N] or 0                   y    bf16 [rows, N], contiguous
+//
+// The sum is in fp32; results are deterministic and within bf16 rounding of
+// a bf16 matmul on the decoded weight. A tensor with escapes needs its escape
+// row index (BuildEscapeIndex, w.EscRows). workspace/wsBytes: a device buffer
+// of at least LinearWorkspaceBound bytes (may be 0 when the bound is 0).
+func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias, y, workspace uintptr, wsBytes uint64) error {
+	if err := w.validate(); err != nil {
+		return err
+	}
+	if w.Layout != codec.Fixed12 {
+		return status.Errorf(status.Unsupported, "gpu: no fused kernel for layout %d yet; decode the weight then multiply", w.Layout)
+	}
+	n, k, err := matrixDims(w)
+	if err != nil {
+		return err
+	}
+	if len(w.Shape) != 2 {
+		return status.Errorf(status.Unsupported, "gpu: linear weight must be 2-D, have %v", w.Shape)
+	}
+	if rows < 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: rows %d < 0", rows)
+	}
+	if rows == 0 || n == 0 {
+		return nil
+	}
+	if x == 0 || y == 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: nil x or y")
+	}
+	g := &w.Groups[0]
+	if g.Escapes > 0 && w.EscRows == 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: weight has %d escapes but no escape row index (BuildEscapeIndex)", g.Escapes)
+	}
+	if k == 0 { // y = bias (or 0): the generic kernel handles it
+	}
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	p := groupParams(w, 0)
+	if g.Escapes > 0 {
+		p.escrows = C.glyd_u64(w.EscRows)
+	}
+	p.x = C.glyd_u64(x)
+	p.bias = C.glyd_u64(bias)
+	p.y = C.glyd_u64(y)
+	p.rows = C.glyd_i64(rows)
+	p.N = C.glyd_i64(n)
+	p.K = C.glyd_i64(k)
+	_ = d
+	fast, _ := fastPath(w, x)
+	if !fast || forced.Load() < 0 || k == 0 {
+		gy := (n + 3) / 4
+		if gy > 65535 {
+			return status.Errorf(status.Unsupported, "gpu: %d weight rows is too many for one launch", n)
+		}
+		return launch(dev, kLinGeneric, uint32((int64(rows)+7)/8), uint32(gy), 128, 0, stream, &p)
+	}
+	ci := pickConfig(int64(rows))
+	c := linConfigs[ci]
+	gy := (n + int64(c.rows()) - 1) / int64(c.rows())
+	gx := (int64(rows) + int64(c.tokens()) - 1) / int64(c.tokens())
+	if gy > 65535 || gx > 1<<31-1 {
+		return status.Errorf(status.Unsupported, "gpu: %d x %d is too large for one launch", rows, n)
+	}
+	kidx := kLinFirst + 2*ci
+	if g.Base >= 240 { // code 15 would decode to Inf/NaN or carry: zero escapes in the decode
+		kidx++
+	}
+	return launch(dev, kidx, uint32(gx), uint32(gy), uint32(c.threads()), uint32(c.smem()), stream, &p)
+}

@@ -1,0 +1,56 @@
+/*
+ * common.cuh — helpers shared by the Glyd kernels. Each PTX helper says why it
+ * exists.
+ */
+#pragma once
+#include <stdint.h>
+#include "../core/gpu/glyd_kernel_params.h"
+
+// Weights are read exactly once: load through the non-coherent path and do not
+// allocate them in L1, so L1 keeps the activations that every warp re-reads.
+__device__ __forceinline__ uint4 ld_stream16(const void *p) {
+	uint4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+	return v;
+}
+__device__ __forceinline__ uint2 ld_stream8(const void *p) {
+	uint2 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+	return v;
+}
+// Activations: re-read by every warp of the block and by neighbouring blocks;
+// keep them in L1 (plain read-only path).
+__device__ __forceinline__ uint4 ld_act16(const void *p) {
+	uint4 v;
+	asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+	return v;
+}
+// Decoded output is written once and not read back by this kernel: streaming
+// store (evict-first) so it does not push the planes out of L2.
+__device__ __forceinline__ void st_stream16(void *p, uint4 v) {
+	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+	             : "memory");
+}
+// prmt in its default mode: a selector nibble with bit 3 set replicates the
+// sign (msb) of the chosen byte into the whole byte. __byte_perm() does not
+// expose that mode; it puts each weight's sign in bit 15 with no shift.
+__device__ __forceinline__ uint32_t prmt_sr(uint32_t a, uint32_t b, uint32_t sel) {
+	uint32_t d;
+	asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+	return d;
+}
+// Two bf16 from P (sign-replicated sm bytes, see prmt_sr) and E (exponents at
+// bits 7..14 and 23..30): sign and mantissa from P, exponent from E. The
+// compiler emits one LOP3 for it.
+__device__ __forceinline__ uint32_t lop3_sel(uint32_t P, uint32_t E) {
+	return (P & 0x807f807fu) | (E & ~0x807f807fu);
+}
+// One bf16 from its sign+mantissa byte and its exponent.
+__device__ __forceinline__ uint16_t bf16_bits(uint32_t b, uint32_t e) {
+	return (uint16_t)(((b & 0x80u) << 8) | ((e & 0xffu) << 7) | (b & 0x7fu));
+}
+__device__ __forceinline__ float bf16_to_f32(uint32_t bits16) {
+	return __uint_as_float(bits16 << 16);
+}

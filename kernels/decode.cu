@@ -1,0 +1,221 @@
+/*
+ * decode.cu — packed planes -> bf16 in device memory, bit for bit.
+ *
+ * Contract
+ *   Input : the planes of ONE group of a packed bf16 tensor (docs/SPEC-DRAFT.md,
+ *           "Byte layout of packed planes", version 1), group offsets already
+ *           added by the host. Output: dst[i] = the original bf16 bits of
+ *           element i of the group, i in [0, n).
+ *   Every kernel takes one glyd_kparams (core/gpu/glyd_kernel_params.h).
+ *
+ * Kernels
+ *   glyd_decode_f12_vec   fixed12, 32 elements per thread per step: two 16-byte
+ *                         loads of sign+mantissa, one 16-byte load of codes, four
+ *                         16-byte stores. Grid-stride; grid = SMs x 8, 256 threads.
+ *                         Preconditions: sm, code, dst 16-byte aligned. Elements
+ *                         past the last multiple of 32 are done by the tail loop.
+ *   glyd_decode_f12_scalar fixed12, one element per thread (any alignment).
+ *   glyd_decode_small     smallest, one 256-thread block per 4096-element chunk,
+ *                         16 consecutive elements per thread; level-2/3 entries
+ *                         are found by block-wide prefix counts (no stored prefix).
+ *   glyd_escape_scatter   both layouts: dst[escidx[e]] = sm byte + escexp[e],
+ *                         one thread per escape. Launched after the decode kernel
+ *                         on the same stream: the decode kernels write some
+ *                         value for escaped elements (code 15), this kernel
+ *                         replaces it with the exact one.
+ *
+ * Decode of one bf16 from sign+mantissa byte b and exponent e:
+ *   bits = (b & 0x80) << 8 | e << 7 | (b & 0x7f).
+ * Vector form used here, two elements in one 32-bit word (lo = first):
+ *   P = prmt(S, ., sel) puts byte b_i in bits 0..7 and its sign replicated in
+ *       bits 8..15 (prmt's sign-replicate mode), same for b_j in bits 16..31;
+ *   E = exponents e_i at bits 7..14 and e_j at bits 23..30 (garbage elsewhere
+ *       only in bits that the mask below takes from P);
+ *   bf16x2 = lop3(P, E, 0x807f807f) = (P & M) | (E & ~M).
+ */
+#include "common.cuh"
+
+// Per-byte add without carries between bytes (codes 0..15 plus base 0..255;
+// code 15 of an escape may wrap, the scatter kernel rewrites it anyway).
+__device__ __forceinline__ uint32_t add_bytes(uint32_t a, uint32_t b) {
+	return __vadd4(a, b);
+}
+
+extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_vec(const glyd_kparams p) {
+	const uint8_t *sm = (const uint8_t *)p.sm;
+	const uint8_t *code = (const uint8_t *)p.code;
+	uint16_t *dst = (uint16_t *)p.dst;
+	const uint64_t nvec = p.n / 32;
+	const uint32_t B4 = p.base * 0x01010101u;
+	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t v = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += stride) {
+		const uint4 s0 = ld_stream16(sm + v * 32);
+		const uint4 s1 = ld_stream16(sm + v * 32 + 16);
+		const uint4 c = ld_stream16(code + v * 16);
+		const uint32_t S[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+		const uint32_t C[4] = {c.x, c.y, c.z, c.w};
+		uint32_t out[16];
+#pragma unroll
+		for (int w = 0; w < 4; w++) {
+			// code word w: elements 8w..8w+7, nibble i = element 8w+i.
+			const uint32_t ca = add_bytes(C[w] & 0x0f0f0f0fu, B4);        // e0 e2 e4 e6 (bytes 0..3)
+			const uint32_t cb = add_bytes((C[w] >> 4) & 0x0f0f0f0fu, B4); // e1 e3 e5 e7
+			// pair (0,1): e0 = ca.b0, e1 = cb.b0 -> bytes 0 and 2, then << 7
+			const uint32_t e01 = __byte_perm(ca, cb, 0x0400) << 7;
+			const uint32_t e23 = __byte_perm(ca, cb, 0x0501) << 7;
+			const uint32_t e45 = __byte_perm(ca, cb, 0x0602) << 7;
+			const uint32_t e67 = __byte_perm(ca, cb, 0x0703) << 7;
+			const uint32_t sa = S[2 * w], sb = S[2 * w + 1];
+			out[4 * w + 0] = lop3_sel(prmt_sr(sa, sb, 0x9180), e01);
+			out[4 * w + 1] = lop3_sel(prmt_sr(sa, sb, 0xB3A2), e23);
+			out[4 * w + 2] = lop3_sel(prmt_sr(sa, sb, 0xD5C4), e45);
+			out[4 * w + 3] = lop3_sel(prmt_sr(sa, sb, 0xF7E6), e67);
+		}
+		uint4 *d = (uint4 *)(dst + v * 32);
+		st_stream16(d + 0, make_uint4(out[0], out[1], out[2], out[3]));
+		st_stream16(d + 1, make_uint4(out[4], out[5], out[6], out[7]));
+		st_stream16(d + 2, make_uint4(out[8], out[9], out[10], out[11]));
+		st_stream16(d + 3, make_uint4(out[12], out[13], out[14], out[15]));
+	}
+	// Tail: the last n % 32 elements, one per thread of the first block.
+	if (blockIdx.x == 0) {
+		for (uint64_t i = nvec * 32 + threadIdx.x; i < p.n; i += blockDim.x) {
+			const uint32_t c = (code[i >> 1] >> ((i & 1) * 4)) & 15u;
+			dst[i] = bf16_bits(sm[i], (p.base + c) & 0xffu);
+		}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_scalar(const glyd_kparams p) {
+	const uint8_t *sm = (const uint8_t *)p.sm;
+	const uint8_t *code = (const uint8_t *)p.code;
+	uint16_t *dst = (uint16_t *)p.dst;
+	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
+		const uint32_t c = (code[i >> 1] >> ((i & 1) * 4)) & 15u;
+		dst[i] = bf16_bits(sm[i], (p.base + c) & 0xffu);
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter(const glyd_kparams p) {
+	const uint8_t *sm = (const uint8_t *)p.sm;
+	const uint64_t *escidx = (const uint64_t *)p.escidx;
+	const uint8_t *escexp = (const uint8_t *)p.escexp;
+	uint16_t *dst = (uint16_t *)p.dst;
+	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < p.escapes; e += stride) {
+		const uint64_t i = escidx[e];
+		if (i < p.n) dst[i] = bf16_bits(sm[i], escexp[e]);
+	}
+}
+
+// ---------------------------------------------------------------------------
+// smallest
+
+// Exclusive prefix sum over a 256-thread block; returns this thread's prefix.
+__device__ __forceinline__ uint32_t block_exclusive_sum(uint32_t v, uint32_t *warp_tot) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	uint32_t inc = v;
+#pragma unroll
+	for (int o = 1; o < 32; o <<= 1) {
+		const uint32_t t = __shfl_up_sync(0xffffffffu, inc, o);
+		if (lane >= o) inc += t;
+	}
+	if (lane == 31) warp_tot[warp] = inc;
+	__syncthreads();
+	uint32_t before = 0;
+#pragma unroll
+	for (int w = 0; w < 8; w++)
+		if (w < warp) before += warp_tot[w];
+	__syncthreads(); // warp_tot is reused by the next call
+	return before + inc - v;
+}
+
+extern "C" __global__ void __launch_bounds__(256) glyd_decode_small(const glyd_kparams p) {
+	__shared__ uint32_t warp_tot[8];
+	const uint8_t *sm = (const uint8_t *)p.sm;
+	const uint8_t *code1 = (const uint8_t *)p.code;
+	const uint8_t *code2 = (const uint8_t *)p.code2;
+	const uint8_t *code3 = (const uint8_t *)p.code3;
+	const uint64_t *chunks = (const uint64_t *)p.chunks;
+	uint16_t *dst = (uint16_t *)p.dst;
+	const uint64_t nchunks = (p.n + 4095) / 4096;
+	for (uint64_t ch = blockIdx.x; ch < nchunks; ch += gridDim.x) {
+		const uint64_t e0 = ch * 4096 + (uint64_t)threadIdx.x * 16; // first element of this thread
+		const int cnt = e0 >= p.n ? 0 : (int)(p.n - e0 < 16 ? p.n - e0 : 16);
+		// Level-1 codes: 16 x 2 bits = 4 bytes at e0/4; elements past n count as code 0.
+		uint32_t w1 = 0;
+		for (int b = 0; b < 4; b++)
+			if (4 * b < cnt) w1 |= (uint32_t)code1[e0 / 4 + b] << (8 * b);
+		if (cnt < 16) w1 &= (1u << (2 * cnt)) - 1u;
+		const uint32_t is3 = w1 & (w1 >> 1) & 0x55555555u;
+		const uint32_t r2 = block_exclusive_sum(__popc(is3), warp_tot);
+		const uint8_t *seg2 = code2 + chunks[2 * ch];
+		const uint8_t *seg3 = code3 + chunks[2 * ch + 1];
+		// Level-2 codes of this thread's escapes from level 1, in element order.
+		uint32_t w2 = 0; // 2 bits per level-1 escape, in order (at most 16)
+		{
+			uint32_t m = is3, j = r2;
+			int q = 0;
+			while (m) {
+				m &= m - 1;
+				const uint32_t c2 = (seg2[j >> 2] >> (2 * (j & 3))) & 3u;
+				w2 |= c2 << (2 * q);
+				j++, q++;
+			}
+		}
+		const int n2 = __popc(is3);
+		uint32_t is3b = w2 & (w2 >> 1) & 0x55555555u;
+		if (n2 < 16) is3b &= (1u << (2 * n2)) - 1u;
+		const uint32_t r3 = block_exclusive_sum(__popc(is3b), warp_tot);
+		uint32_t out[8];
+		{
+			uint32_t q2 = 0, j3 = r3;
+#pragma unroll
+			for (int i = 0; i < 16; i++) {
+				const uint32_t c1 = (w1 >> (2 * i)) & 3u;
+				uint32_t e;
+				if (c1 < 3) {
+					e = p.table[c1];
+				} else {
+					const uint32_t c2 = (w2 >> (2 * q2)) & 3u;
+					q2++;
+					if (c2 < 3) {
+						e = p.table[3 + c2];
+					} else {
+						const uint32_t c3 = (seg3[j3 >> 1] >> (4 * (j3 & 1))) & 15u;
+						j3++;
+						e = (p.base + c3) & 0xffu; // c3 == 15: escape, patched by glyd_escape_scatter
+					}
+				}
+				const uint32_t b = i < cnt ? sm[e0 + i] : 0u;
+				const uint32_t v = bf16_bits(b, e);
+				if (i & 1) out[i >> 1] |= v << 16; else out[i >> 1] = v;
+			}
+		}
+		if (cnt == 16 && (((uintptr_t)(dst + e0)) & 15) == 0) {
+			uint4 *d = (uint4 *)(dst + e0);
+			d[0] = make_uint4(out[0], out[1], out[2], out[3]);
+			d[1] = make_uint4(out[4], out[5], out[6], out[7]);
+		} else {
+			for (int i = 0; i < cnt; i++) dst[e0 + i] = (uint16_t)(out[i >> 1] >> (16 * (i & 1)));
+		}
+	}
+}
+
+// Escape row index for the fused kernels: rows[r] = first escape of weight row
+// r (escapes whose element index is >= r*K), r in [0, N]. One thread per entry,
+// binary search. Run once when a tensor is placed on the GPU.
+extern "C" __global__ void __launch_bounds__(256) glyd_escape_rows(const glyd_kparams p) {
+	const uint64_t *escidx = (const uint64_t *)p.escidx;
+	uint32_t *rows = (uint32_t *)p.dst;
+	const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (r > p.N) return;
+	const uint64_t key = (uint64_t)r * (uint64_t)p.K;
+	uint64_t lo = 0, hi = p.escapes;
+	while (lo < hi) {
+		const uint64_t mid = (lo + hi) / 2;
+		if (escidx[mid] < key) lo = mid + 1; else hi = mid;
+	}
+	rows[r] = (uint32_t)lo;
+}

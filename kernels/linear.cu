@@ -1,0 +1,307 @@
+/*
+ * linear.cu — y = x · Wᵀ (+ bias) with W read packed (fixed12) and decoded in
+ * registers straight into tensor-core fragments. W is never written to memory
+ * as bf16.
+ *
+ * Contract
+ *   x    bf16 [R, K] row-major, contiguous (row stride K); R = p.rows >= 1
+ *   W    fixed12 packed [N, K], ONE group (G = 1), planes sm/code/escidx/escexp,
+ *        element (n, k) is element n*K + k of the group
+ *   bias bf16 [N] or 0;  y bf16 [R, N] row-major, contiguous (row stride N)
+ *   escrows: uint32 [N+1] from glyd_escape_rows (decode.cu), or 0 when the
+ *        group has no escapes.
+ *   Math: y[m][n] = bf16_rn( sum_k x[m][k] * W[n][k] + bias[n] ), the sum in
+ *   fp32 (tensor-core order, then the split-K partial sums added in a fixed
+ *   order): deterministic, and within bf16 rounding of a bf16 matmul.
+ *
+ * Kernels glyd_lin_f12_m{MT}n{NT}w{WN}k{WK}u{U}[_safe]
+ *   Block = WN*WK warps. The block owns ROWS = 16*MT*WN weight rows
+ *   (blockIdx.y) and TB = 8*NT tokens (blockIdx.x; tokens vary fastest so the
+ *   blocks that share a weight tile run together and hit L2 in prefill).
+ *   Warp (wn, wk) owns 16*MT rows and every WK-th 64-wide k-block; it keeps
+ *   U k-blocks of weights in flight per lane (U*MT*2*24 bytes).
+ *   mma.sync.m16n8k16 with the WEIGHTS as operand A (16 rows) and the tokens as
+ *   operand B (8 columns): at 1..8 tokens only the token dimension is padded.
+ *   K order inside a 64-block is permuted (the dot product does not care, as
+ *   long as A and B agree): lane (g = lane/4, t = lane%4) holds k = 16t..16t+15
+ *   of rows g and g+8, i.e. ONE 16-byte sm load + ONE 8-byte code load per row,
+ *   decoded into the pairs (0,4) (2,6) (1,5) (3,7) (8,12) (10,14) (9,13) (11,15)
+ *   which feed the 4 mma k-steps; the activations are permuted the same way with
+ *   one prmt per register.
+ *   Dynamic shared memory = max((WK/2)*ROWS*TB, TB*(ROWS+1)) * 4 bytes: the
+ *   split-K tree reduction, then the [TB][ROWS+1] output tile.
+ *   Epilogue per output: escape corrections of its weight row (the fast decode
+ *   gives code 15 the exponent base+15, or 0 in _safe; the epilogue adds
+ *   x*(w_true - w_decoded) in list order), bias, round to bf16, store.
+ *   Preconditions (host checks, else glyd_lin_f12_generic): K % 16 == 0;
+ *   sm, code, x 16-byte aligned. _safe variants: base + 15 >= 255 (the
+ *   escape value must not be Inf/NaN or carry into the next byte).
+ *
+ * glyd_lin_f12_generic: any K and alignment; one warp per (weight row, 8
+ *   tokens), 4 warps per block; grid (ceil(R/8), ceil(N/4)). Slow, exact same
+ *   math contract.
+ *
+ * Decode cost in the fast kernels: per 8 weights 2x(and, add) for the codes,
+ * then per pair prmt + shift + lop3: ~2.1 integer ops per weight.
+ */
+#include "common.cuh"
+#include <cuda_bf16.h>
+
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+	asm volatile(
+	    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+	    "{%0,%1,%2,%3};"
+	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 weights of one row (16 sm bytes, 8 code bytes) -> 8 bf16x2 words in the
+// pair order (0,4) (2,6) (1,5) (3,7) (8,12) (10,14) (9,13) (11,15).
+template <bool SAFE>
+__device__ __forceinline__ void decode16(const uint4 s, const uint2 c, const uint32_t B4, uint32_t (&W)[8]) {
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const uint32_t cw = h ? c.y : c.x;
+		const uint32_t s0 = h ? s.z : s.x, s1 = h ? s.w : s.y;
+		uint32_t ca = cw & 0x0f0f0f0fu;        // codes of elements 0 2 4 6 (bytes 0..3)
+		uint32_t cb = (cw >> 4) & 0x0f0f0f0fu; // codes of elements 1 3 5 7
+		if (SAFE) {
+			ca = __vadd4(ca, B4) & __vcmpne4(ca, 0x0f0f0f0fu);
+			cb = __vadd4(cb, B4) & __vcmpne4(cb, 0x0f0f0f0fu);
+		} else {
+			ca += B4; // no carry between bytes: base + 15 <= 254 here
+			cb += B4;
+		}
+		W[4 * h + 0] = lop3_sel(prmt_sr(s0, s1, 0xC480), ca << 7); // (0,4)
+		W[4 * h + 1] = lop3_sel(prmt_sr(s0, s1, 0xE6A2), ca >> 1); // (2,6)
+		W[4 * h + 2] = lop3_sel(prmt_sr(s0, s1, 0xD591), cb << 7); // (1,5)
+		W[4 * h + 3] = lop3_sel(prmt_sr(s0, s1, 0xF7B3), cb >> 1); // (3,7)
+	}
+}
+
+// Epilogue shared by the kernels: v = the fp32 sum of output (m, n) with the
+// escapes of row n taken as decoded with exponent ebase; returns the bf16 bits.
+__device__ __forceinline__ uint16_t finish(const glyd_kparams &p, int64_t m, int64_t n, float v, uint32_t ebase) {
+	const uint16_t *x = (const uint16_t *)p.x;
+	if (p.escrows) {
+		const uint32_t *rows = (const uint32_t *)p.escrows;
+		const uint64_t *escidx = (const uint64_t *)p.escidx;
+		const uint8_t *escexp = (const uint8_t *)p.escexp;
+		const uint8_t *sm = (const uint8_t *)p.sm;
+		const uint32_t e1 = rows[n + 1];
+		const uint64_t rowbase = (uint64_t)n * (uint64_t)p.K;
+		for (uint32_t e = rows[n]; e < e1; e++) {
+			const uint64_t i = escidx[e];
+			const uint32_t b = sm[i];
+			const float xv = bf16_to_f32(x[m * p.K + (int64_t)(i - rowbase)]);
+			const float wt = bf16_to_f32(bf16_bits(b, escexp[e]));
+			const float wd = bf16_to_f32(bf16_bits(b, ebase));
+			v = fmaf(xv, wt, fmaf(-xv, wd, v));
+		}
+	}
+	if (p.bias) v += bf16_to_f32(((const uint16_t *)p.bias)[n]);
+	return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+template <int MT, int NT, int WN, int WK, int U, bool SAFE>
+__device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
+	constexpr int ROWS = 16 * MT * WN, TB = 8 * NT, FR = MT * NT * 4;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int wn = warp % WN, wk = warp / WN;
+	const int g = lane >> 2, t = lane & 3;
+	const int64_t N = p.N, K = p.K, R = p.rows;
+	const int64_t n0 = (int64_t)blockIdx.y * ROWS;
+	const int64_t m0 = (int64_t)blockIdx.x * TB;
+	const int64_t KB = (K + 63) >> 6;
+	const uint8_t *sm = (const uint8_t *)p.sm;
+	const uint8_t *code = (const uint8_t *)p.code;
+	const uint16_t *x = (const uint16_t *)p.x;
+	const uint32_t B4 = p.base * 0x01010101u;
+
+	const uint8_t *smr[MT][2];
+	const uint8_t *cdr[MT][2];
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int64_t n = n0 + wn * 16 * MT + mt * 16 + g + 8 * h;
+			if (n >= N) n = N - 1; // loads stay in bounds; the result is not stored
+			smr[mt][h] = sm + n * K;
+			cdr[mt][h] = code + n * K / 2;
+		}
+	const uint16_t *xr[NT];
+	bool xok[NT];
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+		const int64_t m = m0 + nt * 8 + g;
+		xok[nt] = m < R;
+		xr[nt] = x + (xok[nt] ? m : 0) * K;
+	}
+
+	float acc[MT][NT][4];
+#pragma unroll
+	for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+		for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+
+	for (int64_t kb0 = wk; kb0 < KB; kb0 += (int64_t)WK * U) {
+		uint4 ws[U][MT][2];
+		uint2 wc[U][MT][2];
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int64_t k = (kb0 + (int64_t)u * WK) * 64 + 16 * t;
+#pragma unroll
+			for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					if (k < K) {
+						ws[u][mt][h] = ld_stream16(smr[mt][h] + k);
+						wc[u][mt][h] = ld_stream8(cdr[mt][h] + k / 2);
+					} else {
+						ws[u][mt][h] = make_uint4(0, 0, 0, 0);
+						wc[u][mt][h] = make_uint2(0, 0);
+					}
+				}
+		}
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int64_t k = (kb0 + (int64_t)u * WK) * 64 + 16 * t;
+			uint32_t A[MT][2][8];
+#pragma unroll
+			for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+				for (int h = 0; h < 2; h++) decode16<SAFE>(ws[u][mt][h], wc[u][mt][h], B4, A[mt][h]);
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++) {
+				uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
+				if (k < K && xok[nt]) {
+					xa = ld_act16(xr[nt] + k);
+					xb = ld_act16(xr[nt] + k + 8);
+				}
+				uint32_t XB[8];
+				XB[0] = __byte_perm(xa.x, xa.z, 0x5410); // (0,4)
+				XB[1] = __byte_perm(xa.y, xa.w, 0x5410); // (2,6)
+				XB[2] = __byte_perm(xa.x, xa.z, 0x7632); // (1,5)
+				XB[3] = __byte_perm(xa.y, xa.w, 0x7632); // (3,7)
+				XB[4] = __byte_perm(xb.x, xb.z, 0x5410); // (8,12)
+				XB[5] = __byte_perm(xb.y, xb.w, 0x5410); // (10,14)
+				XB[6] = __byte_perm(xb.x, xb.z, 0x7632); // (9,13)
+				XB[7] = __byte_perm(xb.y, xb.w, 0x7632); // (11,15)
+#pragma unroll
+				for (int s = 0; s < 4; s++)
+#pragma unroll
+					for (int mt = 0; mt < MT; mt++)
+						mma16816(acc[mt][nt], A[mt][0][2 * s], A[mt][1][2 * s], A[mt][0][2 * s + 1],
+						         A[mt][1][2 * s + 1], XB[2 * s], XB[2 * s + 1]);
+			}
+		}
+	}
+
+	// Split-K reduction across the WK warps of a row slice: a tree in a fixed
+	// order (deterministic), through shared memory in fragment order.
+	if (WK > 1) {
+#pragma unroll
+		for (int hh = WK / 2; hh >= 1; hh >>= 1) {
+			if (wk >= hh && wk < 2 * hh) {
+				float *b = smem + (size_t)((wk - hh) * WN + wn) * FR * 32;
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+						for (int i = 0; i < 4; i++) b[((mt * NT + nt) * 4 + i) * 32 + lane] = acc[mt][nt][i];
+			}
+			__syncthreads();
+			if (wk < hh) {
+				const float *b = smem + (size_t)(wk * WN + wn) * FR * 32;
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+						for (int i = 0; i < 4; i++) acc[mt][nt][i] += b[((mt * NT + nt) * 4 + i) * 32 + lane];
+			}
+			__syncthreads();
+		}
+	}
+	constexpr int LD = ROWS + 1;
+	float *tile = smem; // [TB][ROWS+1]
+	if (wk == 0) {
+#pragma unroll
+		for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const int row = wn * 16 * MT + mt * 16 + g + 8 * (i >> 1);
+					const int tok = nt * 8 + 2 * t + (i & 1);
+					tile[tok * LD + row] = acc[mt][nt][i];
+				}
+	}
+	__syncthreads();
+	uint16_t *y = (uint16_t *)p.y;
+	const uint32_t ebase = SAFE ? 0u : (p.base + 15u);
+	for (int idx = threadIdx.x; idx < ROWS * TB; idx += blockDim.x) {
+		const int row = idx % ROWS, tok = idx / ROWS;
+		const int64_t n = n0 + row, m = m0 + tok;
+		if (n >= N || m >= R) continue;
+		y[m * N + n] = finish(p, m, n, tile[tok * LD + row], ebase);
+	}
+}
+
+#define GLYD_LIN(MT, NT, WN, WK, U)                                                                   \
+	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
+	    glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U(const glyd_kparams p) {                          \
+		extern __shared__ float smem[];                                                             \
+		linear_f12<MT, NT, WN, WK, U, false>(p, smem);                                               \
+	}                                                                                                 \
+	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
+	    glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U##_safe(const glyd_kparams p) {                   \
+		extern __shared__ float smem[];                                                             \
+		linear_f12<MT, NT, WN, WK, U, true>(p, smem);                                                \
+	}
+
+// The configurations the host may pick (core/gpu/linear.go holds the table and
+// the reason for each). Names are looked up at module load.
+GLYD_LIN(1, 1, 1, 8, 4)
+GLYD_LIN(1, 1, 1, 8, 2)
+GLYD_LIN(1, 2, 1, 8, 4)
+GLYD_LIN(1, 4, 1, 8, 2)
+GLYD_LIN(1, 8, 1, 8, 2)
+GLYD_LIN(2, 8, 1, 8, 2)
+GLYD_LIN(1, 16, 1, 8, 2)
+GLYD_LIN(2, 8, 4, 1, 1)
+GLYD_LIN(2, 16, 4, 1, 1)
+
+extern "C" __global__ void __launch_bounds__(128) glyd_lin_f12_generic(const glyd_kparams p) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int64_t n = (int64_t)blockIdx.y * 4 + warp;
+	const int64_t m0 = (int64_t)blockIdx.x * 8;
+	if (n >= p.N) return;
+	const int64_t K = p.K;
+	const uint8_t *sm = (const uint8_t *)p.sm;
+	const uint8_t *code = (const uint8_t *)p.code;
+	const uint16_t *x = (const uint16_t *)p.x;
+	float acc[8];
+#pragma unroll
+	for (int j = 0; j < 8; j++) acc[j] = 0.f;
+	for (int64_t k = lane; k < K; k += 32) {
+		const uint64_t i = (uint64_t)n * K + k;
+		const uint32_t c = (code[i >> 1] >> ((i & 1) * 4)) & 15u;
+		const float w = bf16_to_f32(bf16_bits(sm[i], c == 15u ? 0u : p.base + c));
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			if (m0 + j < p.rows) acc[j] = fmaf(bf16_to_f32(x[(m0 + j) * K + k]), w, acc[j]);
+	}
+#pragma unroll
+	for (int j = 0; j < 8; j++)
+#pragma unroll
+		for (int o = 16; o >= 1; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+	uint16_t *y = (uint16_t *)p.y;
+#pragma unroll
+	for (int j = 0; j < 8; j++)
+		if (lane == j && m0 + j < p.rows) y[(m0 + j) * p.N + n] = finish(p, m0 + j, n, acc[j], 0u);
+}
