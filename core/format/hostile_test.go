@@ -31,6 +31,7 @@ var hostileShards = []struct {
 	{"unknown_field.safetensors", safetensorsFile(`{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4],"extra":1}}`, make([]byte, 4)), status.Header},
 	{"missing_offsets.safetensors", safetensorsFile(`{"a":{"dtype":"U8","shape":[4]}}`, make([]byte, 4)), status.Header},
 	{"three_offsets.safetensors", safetensorsFile(`{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4,4]}}`, make([]byte, 4)), status.Header},
+	{"too_many_dims.safetensors", safetensorsFile(`{"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,4],"data_offsets":[0,4]}}`, make([]byte, 4)), status.Header},
 	{"negative_dim.safetensors", safetensorsFile(`{"a":{"dtype":"U8","shape":[-4],"data_offsets":[0,4]}}`, make([]byte, 4)), status.Header},
 	{"fractional_dim.safetensors", safetensorsFile(`{"a":{"dtype":"U8","shape":[4.5],"data_offsets":[0,4]}}`, make([]byte, 4)), status.Header},
 	{"offsets_reversed.safetensors", safetensorsFile(`{"a":{"dtype":"U8","shape":[4],"data_offsets":[8,4]}}`, make([]byte, 8)), status.Header},

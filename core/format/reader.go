@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -308,7 +309,8 @@ func readShardList(dir string) (*shardList, error) {
 		l.totalSize = &v
 	}
 	seen := map[string]bool{}
-	for key, file := range idx.WeightMap {
+	for _, key := range slices.Sorted(maps.Keys(idx.WeightMap)) {
+		file := idx.WeightMap[key]
 		if !validFileName(file) {
 			return nil, status.Errorf(status.Header, "invalid input: %s: tensor %q is mapped to %q, which is not a file name inside the folder", path, key, file)
 		}
@@ -351,7 +353,8 @@ func crossCheck(descPath string, d *descriptor, list *shardList, files []*stFile
 		}
 	}
 	if list.weightMap != nil {
-		for key, file := range list.weightMap {
+		for _, key := range slices.Sorted(maps.Keys(list.weightMap)) {
+			file := list.weightMap[key]
 			l, ok := keys[key]
 			if !ok {
 				return bad("%s maps %q to %s, which does not hold it", list.source, key, file)
@@ -361,9 +364,9 @@ func crossCheck(descPath string, d *descriptor, list *shardList, files []*stFile
 			}
 		}
 		if len(list.weightMap) != len(keys) {
-			for key, l := range keys {
+			for _, key := range slices.Sorted(maps.Keys(keys)) {
 				if _, ok := list.weightMap[key]; !ok {
-					return bad("%s does not map %q, stored in %s", list.source, key, paths[l.shard])
+					return bad("%s does not map %q, stored in %s", list.source, key, paths[keys[key].shard])
 				}
 			}
 		}
@@ -393,12 +396,8 @@ func crossCheck(descPath string, d *descriptor, list *shardList, files []*stFile
 		}
 	}
 	if len(keys) > 0 {
-		left := make([]string, 0, len(keys))
-		for k := range keys {
-			left = append(left, k)
-		}
-		slices.Sort(left)
-		return bad("%s holds %q, which %s does not describe", paths[keys[left[0]].shard], left[0], DescriptorFile)
+		first := slices.Min(slices.Collect(maps.Keys(keys)))
+		return bad("%s holds %q, which %s does not describe", paths[keys[first].shard], first, DescriptorFile)
 	}
 	return nil
 }

@@ -111,7 +111,7 @@ func parseEntry(key string, val json.RawMessage) (stTensor, error) {
 	if t.dtype, ok = dtypeByName(ds); !ok {
 		return t, status.Errorf(status.DType, "tensor %q: dtype %q is not one Glyd stores", key, ds)
 	}
-	dims, err := parseNumbers(key, "shape", shape)
+	dims, err := parseNumbers(key, "shape", shape, MaxDims)
 	if err != nil {
 		return t, err
 	}
@@ -126,7 +126,7 @@ func parseEntry(key string, val json.RawMessage) (stTensor, error) {
 		}
 		t.shape[i] = v
 	}
-	offs, err := parseNumbers(key, "data_offsets", offsets)
+	offs, err := parseNumbers(key, "data_offsets", offsets, 2)
 	if err != nil {
 		return t, err
 	}
@@ -157,11 +157,14 @@ func parseEntry(key string, val json.RawMessage) (stTensor, error) {
 	return t, nil
 }
 
-// parseNumbers decodes a JSON array of numbers.
-func parseNumbers(key, field string, v json.RawMessage) ([]json.Number, error) {
+// parseNumbers decodes a JSON array of at most limit numbers.
+func parseNumbers(key, field string, v json.RawMessage, limit int) ([]json.Number, error) {
 	var out []json.Number
 	if v[0] != '[' {
 		return nil, status.Errorf(status.Header, "tensor %q: %s is not an array", key, field)
+	}
+	if bytes.Count(v, []byte{','}) >= limit {
+		return nil, status.Errorf(status.Header, "tensor %q: %s has more than %d entries", key, field, limit)
 	}
 	dec := json.NewDecoder(bytes.NewReader(v))
 	dec.UseNumber()
