@@ -247,7 +247,9 @@ func editIndex(t *testing.T, edit func(wm map[string]string, meta map[string]any
 }
 
 func TestIndexPathTraversal(t *testing.T) {
-	dir := editIndex(t, func(wm map[string]string, _ map[string]any) { wm["model.norm.weight"] = "../model-00001-of-00009.safetensors" })
+	dir := editIndex(t, func(wm map[string]string, _ map[string]any) {
+		wm["model.norm.weight"] = "../model-00001-of-00009.safetensors"
+	})
 	wantCode(t, tryOpen(t, dir, ReaderOptions{}), status.Header, IndexFile, "../model-00001-of-00009.safetensors")
 }
 
