@@ -127,12 +127,14 @@ class PackedTensor:
         return out
 
     def unpack_group(self, g: int, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Decode group g alone (e.g. one expert): shape (shape[0] // num_groups, *shape[1:])."""
+        """Decode group g alone, e.g. one expert. Its shape is shape[1:] when there
+        is one group per index of axis 0 (experts), else (shape[0] // num_groups, *shape[1:])."""
         if not 0 <= g < self.num_groups:
             raise InvalidArgumentError(1, f"group {g} out of range: the tensor has {self.num_groups}")
         shape = self.shape
         if self.num_groups > 1:
-            shape = (shape[0] // self.num_groups, *shape[1:])
+            rows = shape[0] // self.num_groups
+            shape = tuple(shape[1:]) if rows == 1 else (rows, *shape[1:])
         out = _check_out(out, shape, self.dtype)
         _lib.check(self._lib().glyd_packed_unpack_group(self._handle, g, out.data_ptr(), out.numel() * 2))
         return out
