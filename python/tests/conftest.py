@@ -155,3 +155,33 @@ def tiny_model():
         return cache[model_type]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def packed_dir(tmp_path_factory, tiny_model):
+    """packed_dir(model_type, layout) -> folder of the tiny model saved by glyd (cached)."""
+    import glyd
+
+    cache = {}
+
+    def get(model_type: str, layout: str = "fixed12"):
+        key = (model_type, layout)
+        if key not in cache:
+            d = tmp_path_factory.mktemp(f"{model_type}-{layout}") / "ckpt"
+            glyd.save_pretrained(tiny_model(model_type), d, layout=layout, progress=False)
+            cache[key] = d
+        return cache[key]
+
+    return get
+
+
+def safetensors_offsets(path, name):
+    """(start, end) byte range of tensor ``name`` inside a .safetensors file."""
+    import json
+    import struct
+
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    a, b = header[name]["data_offsets"]
+    return 8 + n + a, 8 + n + b

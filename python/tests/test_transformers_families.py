@@ -1,0 +1,174 @@
+"""Tiny random models of many families: saved packed, loaded back, exactly equal.
+
+For every model type and both layouts: every weight decodes to its exact bits,
+logits are torch.equal to the bf16 model's, and generate() gives the same tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+import glyd
+from glyd.transformers.modules import GlydLinear, iter_packed_modules
+
+from conftest import RECIPES, model_inputs
+
+MODEL_TYPES = sorted(RECIPES)
+LAYOUTS = ("fixed12", "smallest")
+
+
+def _assert_same_weights(ref, loaded):
+    for name, p in ref.state_dict().items():
+        mod, _, attr = name.rpartition(".")
+        got = getattr(loaded.get_submodule(mod), attr)
+        assert got.shape == p.shape, name
+        if got.dtype != p.dtype:
+            # transformers upcasts _keep_in_fp32_modules tensors at load, like for any bf16 checkpoint
+            assert got.dtype == torch.float32 and torch.equal(got, p.to(got.dtype)), name
+            continue
+        if p.is_floating_point():
+            got, p = got.view(torch.uint8), p.view(torch.uint8)  # bits, NaN payloads included
+        assert torch.equal(got, p), name
+
+
+def _generate(model, model_type):
+    inputs = model_inputs(model_type, batch=1, seq=5, seed=3)
+    inputs.pop("decoder_input_ids", None)
+    kw = dict(max_new_tokens=4, do_sample=False)
+    if model.generation_config.pad_token_id is None:
+        kw["pad_token_id"] = 0
+    if model.config.is_encoder_decoder and model.generation_config.decoder_start_token_id is None:
+        kw["decoder_start_token_id"] = 0
+    with torch.no_grad():
+        return model.generate(**inputs, **kw)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_roundtrip_exact(model_type, layout, tiny_model, packed_dir):
+    ref = tiny_model(model_type)
+    path = packed_dir(model_type, layout)
+    cfg = json.loads((path / "config.json").read_text())
+    q = cfg["quantization_config"]
+    assert q["quant_method"] == "glyd" and q["layout"] == layout
+    kind = RECIPES[model_type][3]
+
+    model = glyd.from_pretrained(path)
+    assert type(model) is type(ref)
+    assert model.is_quantized
+    packed = dict(iter_packed_modules(model))
+    assert packed, "nothing was packed"
+    groups = [h.num_groups for m in packed.values() for h in m.glyd_weights().values()]
+    if kind == "moe":
+        assert q["format"] == "glyd-v2" and max(groups) >= 8  # one group per expert
+    else:
+        assert q["format"] == "glyd-v1" and max(groups) == 1
+    assert all(h.layout == layout for m in packed.values() for h in m.glyd_weights().values())
+
+    _assert_same_weights(ref, model)
+    inputs = model_inputs(model_type)
+    with torch.no_grad():
+        a = ref(**inputs).logits
+        b = model(**inputs).logits
+    assert torch.equal(a, b)
+    assert torch.equal(_generate(ref, model_type), _generate(model, model_type))
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mixtral", "gpt_oss", "switch_transformers"])
+def test_plain_transformers_load_after_import(model_type, tiny_model, packed_dir):
+    """import glyd is enough: the Auto classes load a Glyd checkpoint."""
+    import transformers
+
+    path = packed_dir(model_type)
+    cls = getattr(transformers, json.loads((path / "config.json").read_text())["architectures"][0])
+    auto = transformers.AutoModelForCausalLM if RECIPES[model_type][3] != "seq2seq-moe" else \
+        transformers.AutoModelForSeq2SeqLM
+    model, info = auto.from_pretrained(path, output_loading_info=True)
+    assert isinstance(model, cls)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    inputs = model_inputs(model_type)
+    with torch.no_grad():
+        assert torch.equal(tiny_model(model_type)(**inputs).logits, model(**inputs).logits)
+
+
+def _shards(path):
+    return {f: (path / f).read_bytes() for f in sorted(os.listdir(path)) if f.endswith(".safetensors")}
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mixtral"])
+def test_packing_twice_is_byte_identical(model_type, tiny_model, tmp_path):
+    m = tiny_model(model_type)
+    glyd.save_pretrained(m, tmp_path / "a", progress=False, max_shard_size=40_000)
+    glyd.save_pretrained(m, tmp_path / "b", progress=False, max_shard_size=40_000)
+    a, b = _shards(tmp_path / "a"), _shards(tmp_path / "b")
+    assert len(a) > 1 and a == b
+    for f in ("glyd.fb", "config.json", "model.safetensors.index.json"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "qwen3_moe"])
+def test_resave_loaded_model_is_identical(model_type, packed_dir, tmp_path):
+    """A loaded Glyd model saves its planes as they are (no decode, no repack)."""
+    path = packed_dir(model_type)
+    model = glyd.from_pretrained(path)
+    glyd.save_pretrained(model, tmp_path / "again", progress=False)
+    assert _shards(path) == _shards(tmp_path / "again")
+    # and with another layout it repacks from the exact weights
+    glyd.save_pretrained(model, tmp_path / "smallest", layout="smallest", progress=False)
+    again = glyd.from_pretrained(tmp_path / "smallest")
+    inputs = model_inputs(model_type)
+    with torch.no_grad():
+        assert torch.equal(model(**inputs).logits, again(**inputs).logits)
+
+
+def test_decode_modes_and_exact_flag(tiny_model, packed_dir):
+    """cache_decoded False/True and exact=True all give the same logits on the CPU."""
+    ref = tiny_model("qwen2_moe")
+    path = packed_dir("qwen2_moe")
+    inputs = model_inputs("qwen2_moe")
+    with torch.no_grad():
+        want = ref(**inputs).logits
+        for kw in (dict(cache_decoded=False), dict(cache_decoded=True), dict(exact=True)):
+            m = glyd.from_pretrained(path, **kw)
+            assert torch.equal(m(**inputs).logits, want), kw
+            if kw.get("exact"):
+                assert all(mod.exact for _, mod in iter_packed_modules(m))
+
+
+@pytest.mark.parametrize("impl", ["eager", "batched_mm", "grouped_mm"])
+def test_experts_implementations(impl, tiny_model, packed_dir):
+    """Routed-expert decoding is exact whichever experts implementation runs."""
+    import transformers
+
+    path = packed_dir("qwen3_moe")
+    ref = transformers.AutoModelForCausalLM.from_config(tiny_model("qwen3_moe").config, dtype=torch.bfloat16)
+    ref.load_state_dict(tiny_model("qwen3_moe").state_dict())
+    ref.eval().set_experts_implementation(impl)
+    m = glyd.from_pretrained(path, experts_implementation=impl)
+    inputs = model_inputs("qwen3_moe")
+    with torch.no_grad():
+        assert torch.equal(ref(**inputs).logits, m(**inputs).logits)
+
+
+def test_what_stays_unpacked(packed_dir):
+    """lm_head, embeddings, norms and routers stay raw; linears and experts are packed."""
+    with glyd.Reader(packed_dir("mixtral")) as r:
+        layouts = {n: r.info(n).layout for n in r.names()}
+    assert layouts["lm_head.weight"] == "raw"
+    assert layouts["model.embed_tokens.weight"] == "raw"
+    assert layouts["model.layers.0.mlp.gate.weight"] == "raw"
+    assert layouts["model.layers.0.self_attn.q_proj.glyd_weight"] != "raw"
+    assert layouts["model.layers.0.mlp.experts.glyd_gate_up"] != "raw"
+    for n in layouts:
+        assert "gate_up_proj" not in n and "down_proj" not in n  # no conversion regex can match
+
+
+def test_linear_modules_are_glyd_linear(packed_dir):
+    m = glyd.from_pretrained(packed_dir("llama"))
+    assert isinstance(m.model.layers[0].self_attn.q_proj, GlydLinear)
+    assert isinstance(m.model.layers[0].self_attn.q_proj, torch.nn.Linear)
+    assert type(m.lm_head) is torch.nn.Linear
