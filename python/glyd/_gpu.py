@@ -1,0 +1,266 @@
+"""Glyd's GPU kernels through ctypes: decode packed tensors on the GPU and run
+linear layers straight from packed weights.
+
+The symbols are the glyd_gpu_* functions of include/glyd.h (declared here on
+first use, on the library that glyd._lib loads). Every call enqueues work on
+the current torch stream of the tensors' device and returns without
+synchronizing, so it can be captured in CUDA graphs.
+
+    dw = DeviceTensor(glyd.pack(w_cpu))     # planes copied to the GPU once
+    w = dw.decode()                          # bf16, bit-identical to glyd.unpack
+    y = dw.linear(x, bias)                   # y = x @ w.T + bias, w never materialized
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from ctypes import POINTER, c_char, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p
+
+import torch
+
+from . import _lib
+from .errors import InvalidArgumentError
+
+__all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "force_kernel"]
+
+LAYOUT_FIXED12 = 1
+LAYOUT_SMALLEST = 2
+DTYPE_BF16 = 1
+
+
+class GpuInfo(ctypes.Structure):
+    """struct glyd_gpu_info."""
+
+    _fields_ = [
+        ("name", c_char * 256),
+        ("cc_major", c_int),
+        ("cc_minor", c_int),
+        ("multiprocessors", c_int),
+        ("shared_optin", c_int),
+        ("shared_per_sm", c_int),
+        ("l2_bytes", c_int),
+        ("clock_khz", c_int),
+        ("mem_clock_khz", c_int),
+        ("bus_width", c_int),
+        ("driver_version", c_int),
+        ("total_mem", c_uint64),
+    ]
+
+
+class GpuTensor(ctypes.Structure):
+    """struct glyd_gpu_tensor."""
+
+    _fields_ = [
+        ("layout", c_int),
+        ("dtype", c_int),
+        ("ndim", c_size_t),
+        ("shape", c_int64 * _lib.MAX_DIMS),
+        ("groups", POINTER(_lib.Group)),
+        ("num_groups", c_size_t),
+        ("planes", c_void_p * _lib.NUM_PLANES),
+        ("esc_rows", c_void_p),
+    ]
+
+
+_T = POINTER(GpuTensor)
+_SIGNATURES = {
+    "glyd_gpu_init": (c_int, []),
+    "glyd_gpu_device_count": (c_int, [POINTER(c_int)]),
+    "glyd_gpu_device_info": (c_int, [c_int, POINTER(GpuInfo)]),
+    "glyd_gpu_decode": (c_int, [c_int, c_void_p, _T, c_int64, c_void_p, c_size_t]),
+    "glyd_gpu_escape_index_bytes": (c_int, [_T, POINTER(c_size_t)]),
+    "glyd_gpu_build_escape_index": (c_int, [c_int, c_void_p, _T, c_void_p, c_size_t]),
+    "glyd_gpu_linear_workspace_bound": (c_int, [_T, c_int64, POINTER(c_size_t)]),
+    "glyd_gpu_linear": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_void_p, c_void_p, c_void_p, c_size_t]),
+    "glyd_gpu_linear_kernel": (c_int, [_T, c_int64, POINTER(c_char_p)]),
+    "glyd_gpu_force_kernel": (c_int, [c_char_p]),
+}
+
+_lock = threading.Lock()
+_declared = None
+
+
+def _gpu():
+    """libglyd with the glyd_gpu_* symbols declared."""
+    global _declared
+    if _declared is not None:
+        return _declared
+    with _lock:
+        if _declared is None:
+            lib = _lib.load()
+            for name, (restype, argtypes) in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.restype = restype
+                fn.argtypes = argtypes
+            _declared = lib
+    return _declared
+
+
+def available() -> bool:
+    """True if libglyd finds a CUDA driver and at least one device."""
+    try:
+        lib = _gpu()
+        n = c_int()
+        return lib.glyd_gpu_init() == 0 and lib.glyd_gpu_device_count(ctypes.byref(n)) == 0 and n.value > 0
+    except Exception:
+        return False
+
+
+def device_info(device: int = 0) -> dict:
+    """Properties of a CUDA device as libglyd's driver layer sees them."""
+    lib = _gpu()
+    info = GpuInfo()
+    _lib.check(lib.glyd_gpu_device_info(device, ctypes.byref(info)))
+    d = {k: getattr(info, k) for k, _ in GpuInfo._fields_}
+    d["name"] = info.name.decode()
+    return d
+
+
+def describe() -> str:
+    """One line saying which GPU Glyd would use, or why none."""
+    lib = _gpu()
+    st = lib.glyd_gpu_init()
+    if st != 0:
+        return "no GPU: " + lib.glyd_last_error().decode("utf-8", "replace")
+    n = c_int()
+    _lib.check(lib.glyd_gpu_device_count(ctypes.byref(n)))
+    if n.value == 0:
+        return "no GPU: the CUDA driver reports no device"
+    d = device_info(0)
+    v = d["driver_version"]
+    return (f"{d['name']} (compute capability {d['cc_major']}.{d['cc_minor']}, {d['multiprocessors']} SMs, "
+            f"{d['total_mem'] / 2**30:.0f} GiB; driver supports CUDA {v // 1000}.{v % 1000 // 10}); {n.value} device(s)")
+
+
+def _stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+class DeviceTensor:
+    """A packed tensor placed on a CUDA device: its planes as uint8 CUDA tensors
+    plus the codec metadata. Made from a glyd.PackedTensor (planes copied once),
+    or from planes already on the device (e.g. loaded parameters)."""
+
+    def __init__(self, packed=None, device="cuda", *, layout=None, shape=None, groups=None, planes=None):
+        if packed is not None:
+            layout, shape, groups = packed.layout, packed.shape, packed.groups
+            if packed.dtype != torch.bfloat16:
+                raise InvalidArgumentError(1, f"the GPU kernels take bfloat16 tensors, not {packed.dtype}")
+            planes = {k: v.to(device, non_blocking=False) for k, v in packed.planes.items()}
+        if layout not in ("fixed12", "smallest"):
+            raise InvalidArgumentError(1, f"layout {layout!r} has no GPU kernel")
+        from .tensor import PLANE_NAMES
+
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            raise InvalidArgumentError(1, f"DeviceTensor needs a CUDA device, not {dev}")
+        self.device = torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device())
+        self.layout = layout
+        self.shape = tuple(int(s) for s in shape)
+        self.groups = list(groups)
+        self.planes = {}
+        for name in PLANE_NAMES:
+            t = planes.get(name)
+            if t is None:
+                t = torch.empty(0, dtype=torch.uint8, device=self.device)
+            if t.dtype != torch.uint8 or t.device != self.device or not t.is_contiguous():
+                raise InvalidArgumentError(1, f"plane {name!r} must be a contiguous uint8 tensor on {self.device}")
+            self.planes[name] = t
+        self.numel = 1
+        for s in self.shape:
+            self.numel *= s
+        self.escapes = sum(g.escapes for g in self.groups)
+
+        c = GpuTensor()
+        c.layout = LAYOUT_FIXED12 if layout == "fixed12" else LAYOUT_SMALLEST
+        c.dtype = DTYPE_BF16
+        c.ndim = len(self.shape)
+        for i, s in enumerate(self.shape):
+            c.shape[i] = s
+        self._garr = (_lib.Group * len(self.groups))(*[g._to_c() for g in self.groups])
+        c.groups = ctypes.cast(self._garr, POINTER(_lib.Group))
+        c.num_groups = len(self.groups)
+        for i, name in enumerate(PLANE_NAMES):
+            t = self.planes[name]
+            c.planes[i] = t.data_ptr() if t.numel() else None
+        c.esc_rows = None
+        self._c = c
+        self.esc_rows = None
+        if len(self.groups) == 1 and len(self.shape) >= 2 and self.escapes:
+            lib = _gpu()
+            n = c_size_t()
+            _lib.check(lib.glyd_gpu_escape_index_bytes(ctypes.byref(c), ctypes.byref(n)))
+            self.esc_rows = torch.empty(n.value, dtype=torch.uint8, device=self.device)
+            with torch.cuda.device(self.device):
+                _lib.check(lib.glyd_gpu_build_escape_index(
+                    self.device.index, _stream(self.device), ctypes.byref(c), self.esc_rows.data_ptr(), n.value))
+            c.esc_rows = self.esc_rows.data_ptr()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() for t in self.planes.values()) + (self.esc_rows.numel() if self.esc_rows is not None else 0)
+
+    def decode(self, out: torch.Tensor | None = None, group: int = -1) -> torch.Tensor:
+        """The bf16 tensor (or group `group` of it), bit-identical to glyd.unpack."""
+        if group == -1:
+            shape = self.shape
+        else:
+            g = len(self.groups)
+            shape = (self.shape[0] // g, *self.shape[1:]) if g > 1 else self.shape
+        if out is None:
+            out = torch.empty(shape, dtype=torch.bfloat16, device=self.device)
+        elif out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous():
+            raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {self.device}")
+        _lib.check(_gpu().glyd_gpu_decode(self.device.index, _stream(self.device), ctypes.byref(self._c), group,
+                                          out.data_ptr(), out.numel() * 2))
+        return out
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None,
+               workspace: torch.Tensor | None = None) -> torch.Tensor:
+        """y = x @ W.T (+ bias) for W [N, K] = this tensor, decoded inside the kernel.
+        x: bf16 [..., K] on the same device; returns bf16 [..., N]."""
+        if len(self.shape) != 2:
+            raise InvalidArgumentError(1, f"linear needs a 2-D weight, this one is {self.shape}")
+        n, k = self.shape
+        if x.dtype != torch.bfloat16 or x.device != self.device or x.shape[-1] != k:
+            raise InvalidArgumentError(1, f"x must be bfloat16 [..., {k}] on {self.device}, got {x.dtype} {tuple(x.shape)} on {x.device}")
+        x2 = x.reshape(-1, k)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        rows = x2.shape[0]
+        if out is None:
+            out = torch.empty((*x.shape[:-1], n), dtype=torch.bfloat16, device=self.device)
+        if bias is not None and (bias.dtype != torch.bfloat16 or bias.numel() != n or not bias.is_contiguous()):
+            raise InvalidArgumentError(1, f"bias must be a contiguous bfloat16 tensor of {n} elements")
+        lib = _gpu()
+        ws_ptr, ws_n = None, 0
+        if workspace is not None:
+            ws_ptr, ws_n = workspace.data_ptr(), workspace.numel() * workspace.element_size()
+        _lib.check(lib.glyd_gpu_linear(
+            self.device.index, _stream(self.device), x2.data_ptr(), rows, ctypes.byref(self._c),
+            bias.data_ptr() if bias is not None else None, out.data_ptr(), ws_ptr, ws_n))
+        return out
+
+    def workspace_bound(self, rows: int) -> int:
+        n = c_size_t()
+        _lib.check(_gpu().glyd_gpu_linear_workspace_bound(ctypes.byref(self._c), rows, ctypes.byref(n)))
+        return n.value
+
+    def linear_kernel(self, rows: int) -> str:
+        return linear_kernel(self, rows)
+
+    def __repr__(self):
+        return f"DeviceTensor(layout={self.layout!r}, shape={self.shape}, groups={len(self.groups)}, device={self.device})"
+
+
+def linear_kernel(w: DeviceTensor, rows: int) -> str:
+    """Name of the kernel DeviceTensor.linear runs for `rows` rows."""
+    s = c_char_p()
+    _lib.check(_gpu().glyd_gpu_linear_kernel(ctypes.byref(w._c), rows, ctypes.byref(s)))
+    return s.value.decode()
+
+
+def force_kernel(name: str | None) -> None:
+    """Benchmarks only: run kernel configuration `name` for every linear (None: automatic)."""
+    _lib.check(_gpu().glyd_gpu_force_kernel(name.encode() if name else None))

@@ -1,0 +1,251 @@
+"""GPU kernels against the Go reference (glyd.pack / glyd.unpack on the CPU).
+
+Decode kernels must give the exact bits; fused linears must match a matmul of
+the reference-decoded weight within LINEAR_TOL. Every output is poisoned with
+NaN before the call. Skipped cleanly without a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import glyd
+
+pytestmark = pytest.mark.gpu
+
+_gpu = pytest.importorskip("glyd._gpu")
+
+if not torch.cuda.is_available() or not _gpu.available():
+    pytest.skip("no CUDA GPU (or libglyd finds no driver)", allow_module_level=True)
+
+DEV = torch.device("cuda", 0)
+
+#: One named tolerance for the fused kernels: for every output,
+#: |y - ref| <= LINEAR_TOL * (|ref| + rms(ref)), ref = the fp32 product of x and
+#: the decoded weight. A bf16 result of an fp32 sum is within 2**-9 |ref|; the
+#: rest is fp32 summation order over K.
+LINEAR_TOL = 2.0**-7
+
+ROWS = [1, 2, 3, 7, 8, 31, 64, 127, 128, 300, 2048]
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16)
+
+
+def weights(shape, seed, specials=True, scale=0.02):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(shape, generator=g) * scale).to(torch.bfloat16)
+    if specials:
+        flat = w.view(-1)
+        n = flat.numel()
+        idx = torch.randint(0, n, (max(1, n // 500),), generator=g)
+        vals = torch.tensor([0.0, -0.0, 1e-39, -3e-40, 30.0, -1e5, 2e-9, 1e30], dtype=torch.bfloat16)
+        flat[idx] = vals[torch.randint(0, len(vals), (len(idx),), generator=g)]
+    return w
+
+
+def check_decode(w_cpu, layout, groups=1):
+    p = glyd.pack(w_cpu, layout=layout, groups=groups)
+    ref = glyd.unpack(p)
+    assert torch.equal(bits(ref), bits(w_cpu))
+    dt = _gpu.DeviceTensor(p, DEV)
+    out = torch.full(w_cpu.shape, float("nan"), dtype=torch.bfloat16, device=DEV)
+    dt.decode(out=out)
+    torch.cuda.synchronize()
+    got = out.cpu()
+    bad = (bits(got) != bits(ref)).nonzero()
+    assert bad.numel() == 0, f"{layout}: {bad.shape[0]} elements differ, first at {bad[:5].tolist()}"
+    if groups > 1:
+        per = w_cpu.shape[0] // groups
+        for g in range(groups):
+            o = dt.decode(group=g)
+            torch.cuda.synchronize()
+            assert torch.equal(bits(o.cpu()), bits(ref[g * per:(g + 1) * per]))
+    return p
+
+
+@pytest.mark.parametrize("layout", ["fixed12", "smallest"])
+@pytest.mark.parametrize("shape", [(1000, 777), (4096, 4096), (3, 5), (1, 31), (64, 33)])
+def test_decode_random(layout, shape):
+    check_decode(weights(shape, seed=hash(shape) % 1000), layout)
+
+
+@pytest.mark.parametrize("layout", ["fixed12", "smallest"])
+def test_decode_all_bf16_patterns(layout):
+    allbits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    w = allbits.view(torch.bfloat16).reshape(256, 256)
+    check_decode(w.clone(), layout)
+    # shuffled, and a tensor where every pattern is an outlier among normal weights
+    perm = torch.randperm(65536, generator=torch.Generator().manual_seed(1))
+    check_decode(w.reshape(-1)[perm].reshape(512, 128).clone(), layout)
+    mix = weights((4096, 64), seed=2, specials=False).reshape(-1)
+    mix[torch.randperm(mix.numel(), generator=torch.Generator().manual_seed(3))[:65536]] = w.reshape(-1)
+    check_decode(mix.reshape(4096, 64), layout)
+
+
+@pytest.mark.parametrize("layout", ["fixed12", "smallest"])
+def test_decode_groups(layout):
+    # experts: 8 groups; odd element counts per group make the group slices
+    # unaligned (the scalar paths)
+    check_decode(weights((8, 48, 64), seed=4), layout, groups=8)
+    check_decode(weights((8, 7, 33), seed=5), layout, groups=8)
+
+
+def test_decode_huge_exponents():
+    # base near the top of the range: the fixed12 window [base, base+14] ends at 255
+    w = (torch.randn(256, 256) * 2.0**120).to(torch.bfloat16)
+    w.view(-1)[::97] = float("inf")
+    w.view(-1)[5::101] = 0.0
+    for layout in ("fixed12", "smallest"):
+        p = check_decode(w, layout)
+    assert p.groups[0].base >= 230
+
+
+def reference(x, w, bias):
+    ref = x.float() @ w.float().T
+    if bias is not None:
+        ref += bias.float()
+    return ref
+
+
+def check_linear(w_cpu, rows, bias=True, seed=0, layout="fixed12"):
+    p = glyd.pack(w_cpu, layout=layout)
+    wd = glyd.unpack(p).to(DEV)
+    dt = _gpu.DeviceTensor(p, DEV)
+    n, k = w_cpu.shape
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    x = torch.randn(rows, k, generator=g, device=DEV).to(torch.bfloat16)
+    b = (torch.randn(n, generator=g, device=DEV) * 0.1).to(torch.bfloat16) if bias else None
+    y = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device=DEV)
+    dt.linear(x, b, out=y)
+    ref = reference(x, wd, b)
+    torch.cuda.synchronize()
+    assert not torch.isnan(y).any(), f"unwritten or NaN outputs ({dt.linear_kernel(rows)})"
+    err = (y.float() - ref).abs()
+    lim = LINEAR_TOL * (ref.abs() + ref.pow(2).mean().sqrt())
+    worst = (err / lim).max().item()
+    assert worst <= 1.0, f"rows={rows} {tuple(w_cpu.shape)} {dt.linear_kernel(rows)}: error {worst:.2f} x tolerance"
+    # cuBLAS on the same decoded weight is within the same tolerance (sanity)
+    yt = torch.nn.functional.linear(x, wd, b)
+    assert ((yt.float() - ref).abs() <= lim).all()
+    # deterministic
+    y2 = dt.linear(x, b)
+    torch.cuda.synchronize()
+    assert torch.equal(bits(y), bits(y2))
+    return dt
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_linear_rows(rows):
+    # N and K not multiples of the tiles (16 rows, 64-wide k blocks)
+    check_linear(weights((1000, 1040), seed=rows, specials=False), rows)
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (777, 528), (16, 16), (33, 4112)])
+@pytest.mark.parametrize("rows", [1, 8, 64, 300])
+def test_linear_shapes(shape, rows):
+    check_linear(weights(shape, seed=7, specials=False), rows)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 9, 100])
+def test_linear_generic_path(rows):
+    # K % 16 != 0: the generic kernel
+    check_linear(weights((100, 100), seed=8, specials=False), rows)
+    check_linear(weights((37, 1001), seed=9, specials=True), rows)
+
+
+@pytest.mark.parametrize("rows", [1, 8, 64, 128, 300])
+def test_linear_escapes(rows):
+    # many escapes (zeros, subnormals, outliers), some rows full of them
+    w = weights((512, 1024), seed=10, specials=True)
+    w[3] = 0.0
+    w[100, ::3] = 1e-30
+    w[200:210, 5] = 1000.0
+    dt = check_linear(w, rows)
+    assert dt.escapes > 1000
+
+
+@pytest.mark.parametrize("rows", [1, 64, 300])
+def test_linear_safe_variant(rows):
+    # base >= 240: code 15 would be Inf/NaN; the _safe kernels decode escapes as 0.
+    # Exponents 241..254 (|w| ~ 2**114..2**128) and some zeros (escapes).
+    g = torch.Generator().manual_seed(14)
+    e = torch.randint(241, 255, (128, 256), generator=g)
+    sm = torch.randint(0, 256, (128, 256), generator=g)
+    b = ((sm & 0x80) << 8) | (e << 7) | (sm & 0x7F)
+    w = b.to(torch.int32).to(torch.int16).view(torch.bfloat16).clone()
+    w.view(-1)[::53] = 0.0
+    p = glyd.pack(w)
+    assert p.groups[0].base >= 240, p.groups[0].base
+    wd = glyd.unpack(p).to(DEV)
+    dt = _gpu.DeviceTensor(p, DEV)
+    x = (torch.randn(rows, 256, device=DEV) * 2.0**-120).to(torch.bfloat16)
+    y = torch.full((rows, 128), float("nan"), dtype=torch.bfloat16, device=DEV)
+    dt.linear(x, out=y)
+    ref = reference(x, wd, None)
+    lim = LINEAR_TOL * (ref.abs() + ref.pow(2).mean().sqrt())
+    assert ((y.float() - ref).abs() <= lim).all()
+
+
+def test_linear_every_config():
+    w = weights((300, 1024), seed=11, specials=True)
+    p = glyd.pack(w)
+    wd = glyd.unpack(p).to(DEV)
+    dt = _gpu.DeviceTensor(p, DEV)
+    names = sorted({dt.linear_kernel(r) for r in (1, 16, 32, 64, 128, 192, 2048)})
+    names += ["glyd_lin_f12_m1n1w1k8u2", "glyd_lin_f12_m2n8w1k8u2", "generic"]
+    try:
+        for name in names:
+            _gpu.force_kernel(name)
+            for rows in (1, 13, 77, 130):
+                x = torch.randn(rows, 1024, device=DEV).to(torch.bfloat16)
+                y = torch.full((rows, 300), float("nan"), dtype=torch.bfloat16, device=DEV)
+                dt.linear(x, out=y)
+                ref = reference(x, wd, None)
+                lim = LINEAR_TOL * (ref.abs() + ref.pow(2).mean().sqrt())
+                assert ((y.float() - ref).abs() <= lim).all(), f"{name} rows={rows}"
+    finally:
+        _gpu.force_kernel(None)
+
+
+def test_graph_capture_replay():
+    w = weights((2048, 1024), seed=12, specials=True)
+    p = glyd.pack(w)
+    dt = _gpu.DeviceTensor(p, DEV)
+    wd = glyd.unpack(p).to(DEV)
+    x = torch.zeros(8, 1024, dtype=torch.bfloat16, device=DEV)
+    y = torch.empty(8, 2048, dtype=torch.bfloat16, device=DEV)
+    dec = torch.empty(2048, 1024, dtype=torch.bfloat16, device=DEV)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up (module load) outside the capture
+        dt.linear(x, out=y)
+        dt.decode(out=dec)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        dt.linear(x, out=y)
+        dt.decode(out=dec)
+    for i in range(3):
+        x.copy_(torch.randn(8, 1024, device=DEV).to(torch.bfloat16))
+        y.fill_(float("nan"))
+        dec.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref = reference(x, wd, None)
+        lim = LINEAR_TOL * (ref.abs() + ref.pow(2).mean().sqrt())
+        assert ((y.float() - ref).abs() <= lim).all()
+        assert torch.equal(bits(dec), bits(wd))
+
+
+def test_errors_are_clean():
+    p = glyd.pack(weights((64, 64), seed=13))
+    dt = _gpu.DeviceTensor(p, DEV)
+    with pytest.raises(glyd.errors.GlydError):
+        dt.linear(torch.zeros(2, 63, dtype=torch.bfloat16, device=DEV))
+    ps = glyd.pack(weights((64, 64), seed=13), layout="smallest")
+    with pytest.raises(glyd.errors.UnsupportedError):
+        _gpu.DeviceTensor(ps, DEV).linear(torch.zeros(2, 64, dtype=torch.bfloat16, device=DEV))
+    assert "H" in _gpu.describe() or "GPU" in _gpu.describe()
