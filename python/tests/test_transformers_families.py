@@ -161,8 +161,8 @@ def test_what_stays_unpacked(packed_dir):
     assert layouts["lm_head.weight"] == "raw"
     assert layouts["model.embed_tokens.weight"] == "raw"
     assert layouts["model.layers.0.mlp.gate.weight"] == "raw"
-    assert layouts["model.layers.0.self_attn.q_proj.glyd_weight"] != "raw"
-    assert layouts["model.layers.0.mlp.experts.glyd_gate_up"] != "raw"
+    assert layouts["model.layers.0.self_attn.q_proj.packed_weight"] != "raw"
+    assert layouts["model.layers.0.mlp.experts.packed_gate_up"] != "raw"
     for n in layouts:
         assert "gate_up_proj" not in n and "down_proj" not in n  # no conversion regex can match
 

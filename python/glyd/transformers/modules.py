@@ -3,8 +3,8 @@
 Glyd does not re-implement the math of any model. A module whose weights are
 packed keeps its own class, ``forward``, activation and gating; Glyd only takes
 the packed parameters out of ``_parameters`` and puts a :class:`PackedWeight`
-child in their place (``q_proj.weight`` -> ``q_proj.glyd_weight``,
-``experts.gate_up_proj`` -> ``experts.glyd_gate_up``). Reading the old
+child in their place (``q_proj.weight`` -> ``q_proj.packed_weight``,
+``experts.gate_up_proj`` -> ``experts.packed_gate_up``). Reading the old
 attribute (``module.weight``, ``experts.gate_up_proj``) returns the weight
 decoded to its exact bf16 bits, so every line of the family's code, including
 code that reads ``.weight`` directly (routers, Mamba projections, LongCat's
@@ -54,7 +54,7 @@ _ALIASES = {"gate_up_proj": "gate_up", "down_proj": "down", "up_proj": "up", "ga
 
 def holder_name(attr: str) -> str:
     """Child-module name holding the packed form of parameter ``attr``."""
-    return "glyd_" + _ALIASES.get(attr, attr)
+    return "packed_" + _ALIASES.get(attr, attr)
 
 
 def packed_tensor_name(module_name: str, attr: str) -> str:
@@ -114,8 +114,18 @@ class PackedWeight(nn.Module):
         out = {}
         for name in PLANE_NAMES:
             p = self._parameters.get("glyd_" + name)
-            out[name] = p.data if p is not None else torch.empty(0, dtype=torch.uint8, device=self.device)
+            ok = p is not None and (p.numel() > 0 or p.device == self.device)
+            out[name] = p.data if ok else torch.empty(0, dtype=torch.uint8, device=self.device)
         return out
+
+    def materialize_empty_planes(self) -> None:
+        """Empty planes (e.g. no escapes) hold no bytes to load, so transformers leaves
+        them on the meta device: give them a real empty tensor beside the others."""
+        dev = self.device
+        for name, p in self._parameters.items():
+            if p is not None and p.numel() == 0 and p.device != dev:
+                self._parameters[name] = nn.Parameter(torch.empty(0, dtype=torch.uint8, device=dev),
+                                                      requires_grad=False)
 
     def _planes_key(self):
         return tuple((p.data_ptr(), p.numel(), p.device) for p in self._parameters.values())
@@ -137,9 +147,11 @@ class PackedWeight(nn.Module):
 
     # ---- decoding ----------------------------------------------------------------------
     def _group_view(self, t: torch.Tensor) -> torch.Tensor:
-        # (G, rows per group, *rest): group g is one expert, contiguous.
+        # view[g] is group g (one expert), contiguous, shaped as unpack_group returns it:
+        # shape[1:] for one group per index of axis 0, else (rows, *shape[1:]) (DBRX's 2-D w1/v1/w2).
         g = self.num_groups
-        return t.view(g, self.shape[0] // g, *self.shape[1:])
+        rows = self.shape[0] // g
+        return t if rows == 1 else t.view(g, rows, *self.shape[1:])
 
     def decode(self, groups=None) -> torch.Tensor:
         """The weight in its original dtype (or compute_dtype), on the planes' device.

@@ -114,7 +114,8 @@ class GlydHfQuantizer(HfQuantizer):
         directory = os.path.dirname(os.path.abspath(checkpoint_files[0]))
         self.checkpoint_dir = directory
         keys = _shard_plane_keys(checkpoint_files)
-        with Reader(directory) as reader:
+        # transformers runs this hook under torch.device("meta"); the reader's tensors must be real.
+        with torch.device("cpu"), Reader(directory) as reader:
             check_format(reader.format, directory)
             by_module: dict = {}
             for name in reader.names():
@@ -160,6 +161,7 @@ class GlydHfQuantizer(HfQuantizer):
             m.exact = exact
             experts = hasattr(m, "_glyd_routing_arg")
             for holder in m.glyd_weights().values():
+                holder.materialize_empty_planes()
                 holder.cache_decoded = (not experts) if cache is None else bool(cache)
                 holder.compute_dtype = compute if compute is not None and compute != holder.dtype else None
                 holder.drop_cache()
