@@ -102,10 +102,10 @@ def default_skips(model: nn.Module) -> set:
 
 
 def _skipped(name: str, skips) -> bool:
-    for s in skips:
-        if name == s or name.endswith("." + s) or name.startswith(s + "."):
-            return True
-    return False
+    """True when a skip entry names this module or one of its parents, as whole
+    dotted components anywhere in the path ("lm_head", "self_attn", "layers.0.mlp")."""
+    dotted = f".{name}."
+    return any(f".{s.strip('.')}." in dotted for s in skips if s)
 
 
 def pack_plan(model: nn.Module, modules_to_not_convert=None) -> list:
