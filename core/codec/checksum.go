@@ -53,7 +53,7 @@ func crcMulMod(a, b uint32) uint32 {
 // crcShift returns x^(8n) modulo the polynomial: the operator that appends
 // n zero bytes.
 func crcShift(n uint64) uint32 {
-	p := uint32(1) << 31         // x^0
+	p := uint32(1) << 31        // x^0
 	sq := uint32(1) << (31 - 8) // x^8
 	for n != 0 {
 		if n&1 != 0 {

@@ -5,10 +5,14 @@ import (
 	"unsafe"
 )
 
-// This file splits elements into their two fields and joins them again:
-// the sign+mantissa field, stored raw in PlaneSM, and the exponent field,
-// one byte per element in a chunk-sized scratch buffer that the layout
-// coders read (encoder) or fill (decoder).
+// This file holds the dtype side of the codecs: where the exponent sits in
+// an element, and how the sign+mantissa field goes to and from PlaneSM.
+//
+// The layout coders work on "lanes": an element's 16 bits with the exponent
+// field in place. The encoders read exponents straight from the source
+// elements; the decoders write each element's exponent in place and, for
+// bf16, merge in its sign+mantissa byte in the same pass (fp16's 11-bit
+// fields are merged by a second, scalar pass: mergeFP16).
 
 // littleEndian reports whether the machine stores a uint16 low byte first;
 // the word-at-a-time loops read []uint16 through a byte view and need it.
@@ -25,90 +29,63 @@ func u16bytes(x []uint16) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 2*len(x))
 }
 
+// Masks of four 16-bit lanes in a uint64.
 const (
-	lanes16Lo7  = 0x007F007F007F007F
-	lanes16Bit7 = 0x0080008000800080
-	lanes16Byte = 0x00FF00FF00FF00FF
+	lanes1      = 0x0001000100010001
+	lanesLo7    = 0x007F007F007F007F
+	lanesBit7   = 0x0080008000800080
+	lanesByte   = 0x00FF00FF00FF00FF
+	lanesNibble = 0x000F000F000F000F
+	lanesBit4   = 0x0010001000100010
+	lanesBit14  = 0x4000400040004000
+	lanesBit15  = 0x8000800080008000
 )
 
-// compact4 packs the low bytes of the four 16-bit lanes of w into 32 bits.
-func compact4(w uint64) uint64 {
-	w = (w | w>>8) & 0x0000FFFF0000FFFF
-	return (w | w>>16) & 0xFFFFFFFF
+// field describes where a dtype keeps its exponent.
+type field struct {
+	shift uint   // position of the exponent's lowest bit
+	mask  uint16 // the exponent's mask after shifting
+	bf16  bool   // bf16: sign+mantissa is one byte per element
 }
 
-// spread4 puts the four bytes of v into the low bytes of four 16-bit lanes.
-func spread4(v uint32) uint64 {
+func (d dtypeInfo) field() field {
+	if d.smBits == 8 {
+		return field{shift: 7, mask: 0xFF, bf16: true}
+	}
+	return field{shift: 10, mask: 0x1F}
+}
+
+// lanesMask returns f.mask in each of four lanes.
+func (f field) lanesMask() uint64 { return uint64(f.mask) * lanes1 }
+
+// smBF16 returns the sign+mantissa bytes of the four bf16 elements in the
+// lanes of w, packed into 32 bits.
+func smBF16(w uint64) uint32 {
+	s := (w>>8)&lanesBit7 | w&lanesLo7
+	s = (s | s>>8) & 0x0000FFFF0000FFFF
+	return uint32(s | s>>16)
+}
+
+// smLanesBF16 returns the sign and mantissa bits of four bf16 elements, in
+// place in four lanes, from their four sign+mantissa bytes v.
+func smLanesBF16(v uint32) uint64 {
 	w := uint64(v)
 	w = (w | w<<16) & 0x0000FFFF0000FFFF
-	return (w | w<<8) & lanes16Byte
+	w = (w | w<<8) & lanesByte
+	return (w&lanesBit7)<<8 | w&lanesLo7
 }
 
-// splitBF16 writes the sign+mantissa byte of each element of x to sm and its
-// exponent to exps (both len(x) bytes).
-func splitBF16(x []uint16, sm, exps []byte) {
-	n := len(x)
-	sm = sm[:n]
-	exps = exps[:n]
-	i := 0
-	if littleEndian {
-		xb := u16bytes(x)
-		for ; i+8 <= n; i += 8 {
-			a := binary.LittleEndian.Uint64(xb[2*i:])
-			b := binary.LittleEndian.Uint64(xb[2*i+8:])
-			sa := (a>>8)&lanes16Bit7 | a&lanes16Lo7
-			sb := (b>>8)&lanes16Bit7 | b&lanes16Lo7
-			binary.LittleEndian.PutUint64(sm[i:], compact4(sa)|compact4(sb)<<32)
-			ea := (a >> 7) & lanes16Byte
-			eb := (b >> 7) & lanes16Byte
-			binary.LittleEndian.PutUint64(exps[i:], compact4(ea)|compact4(eb)<<32)
-		}
-	}
-	for ; i < n; i++ {
-		v := x[i]
-		sm[i] = uint8(v>>8)&0x80 | uint8(v)&0x7F
-		exps[i] = uint8(v >> 7)
-	}
-}
-
-// joinBF16 writes to x the elements with exponents exps and sign+mantissa
-// bytes sm (both len(x) bytes).
-func joinBF16(x []uint16, sm, exps []byte) {
-	n := len(x)
-	sm = sm[:n]
-	exps = exps[:n]
-	i := 0
-	if littleEndian {
-		xb := u16bytes(x)
-		for ; i+8 <= n; i += 8 {
-			s := binary.LittleEndian.Uint64(sm[i:])
-			e := binary.LittleEndian.Uint64(exps[i:])
-			sa := spread4(uint32(s))
-			sb := spread4(uint32(s >> 32))
-			ea := spread4(uint32(e))
-			eb := spread4(uint32(e >> 32))
-			binary.LittleEndian.PutUint64(xb[2*i:], (sa&lanes16Bit7)<<8|sa&lanes16Lo7|ea<<7)
-			binary.LittleEndian.PutUint64(xb[2*i+8:], (sb&lanes16Bit7)<<8|sb&lanes16Lo7|eb<<7)
-		}
-	}
-	for ; i < n; i++ {
-		s, e := sm[i], exps[i]
-		x[i] = uint16(s&0x80)<<8 | uint16(e)<<7 | uint16(s&0x7F)
-	}
-}
+// smOneBF16 is smLanesBF16 for one element.
+func smOneBF16(s byte) uint16 { return uint16(s&0x80)<<8 | uint16(s&0x7F) }
 
 // splitFP16 writes the 11-bit sign+mantissa field of each element of x to
-// the bit stream sm (ceil(11*len(x)/8) bytes, LSB first, padding bits zero)
-// and its exponent to exps.
-func splitFP16(x []uint16, sm, exps []byte) {
-	n := len(x)
-	exps = exps[:n]
-	sm = sm[:(11*n+7)/8]
+// the bit stream sm (ceil(11*len(x)/8) bytes, LSB first, padding bits zero).
+func splitFP16(x []uint16, sm []byte) {
+	sm = sm[:(11*len(x)+7)/8]
 	var acc uint64
 	nb := 0
 	o := 0
-	for i, v := range x {
-		exps[i] = uint8(v>>10) & 0x1F
+	for _, v := range x {
 		acc |= uint64(v>>5&0x400|v&0x3FF) << nb
 		nb += 11
 		for nb >= 8 {
@@ -123,12 +100,11 @@ func splitFP16(x []uint16, sm, exps []byte) {
 	}
 }
 
-// joinFP16 is the inverse of splitFP16. It reports whether the padding bits
-// after the last field are zero.
-func joinFP16(x []uint16, sm, exps []byte) bool {
-	n := len(x)
-	exps = exps[:n]
-	sm = sm[:(11*n+7)/8]
+// mergeFP16 ORs the sign+mantissa fields of the bit stream sm into the
+// elements of x (whose other bits are the exponent). It reports whether the
+// padding bits after the last field are zero.
+func mergeFP16(x []uint16, sm []byte) bool {
+	sm = sm[:(11*len(x)+7)/8]
 	var acc uint64
 	nb := 0
 	o := 0
@@ -141,7 +117,10 @@ func joinFP16(x []uint16, sm, exps []byte) bool {
 		s := uint16(acc) & 0x7FF
 		acc >>= 11
 		nb -= 11
-		x[i] = (s&0x400)<<5 | uint16(exps[i])<<10 | s&0x3FF
+		x[i] |= (s&0x400)<<5 | s&0x3FF
 	}
 	return acc == 0
 }
+
+// load4 returns elements i..i+3 of x (as bytes xb) in the lanes of a uint64.
+func load4(xb []byte, i int) uint64 { return binary.LittleEndian.Uint64(xb[2*i:]) }

@@ -10,8 +10,6 @@ import (
 // low nibble first. Code c < 15 stands for exponent Base+c; code 15 is an
 // escape, whose exponent is the next entry of the group's escape list.
 
-const bytes8 = 0x0101010101010101
-
 // escWriter appends escape entries to a group's escape planes.
 type escWriter struct {
 	idx []byte // PlaneEscIdx slice, 8 bytes per entry
@@ -19,7 +17,7 @@ type escWriter struct {
 	k   int
 }
 
-func (w *escWriter) add(i int, e byte) bool {
+func (w *escWriter) add(i int, e uint8) bool {
 	if w.k >= len(w.exp) || EscIdxBytes*w.k+EscIdxBytes > len(w.idx) {
 		return false
 	}
@@ -40,7 +38,7 @@ type escReader struct {
 
 // take returns the exponent of element i (an index within the group) whose
 // code is an escape: it must be the next entry.
-func (r *escReader) take(i int) (byte, error) {
+func (r *escReader) take(i int) (uint8, error) {
 	if r.k >= r.end {
 		return 0, errCorrupt(status.EscapeMissing, "group %d element %d: escape code with no escape entry left", r.gi, i)
 	}
@@ -62,84 +60,134 @@ func (r *escReader) done() error {
 	return nil
 }
 
-// fixed12Codes returns the code of every exponent for a group with base b.
-func fixed12Codes(b uint8) (lut [256]uint8) {
-	for e := range lut {
-		c := e - int(b)
-		if c < 0 || c > 14 {
-			c = 15
-		}
-		lut[e] = uint8(c)
-	}
-	return lut
+// windowLanes returns, for the exponents e (in place in four lanes, already
+// shifted down and masked), a = e + 0x4000 - base in each lane, and a mask
+// with bit 14 or 15 set in the lanes whose exponent is outside the window
+// [base, base+14]. For the others, a's low nibble is e - base.
+func windowLanes(e uint64, base uint8) (a, out uint64) {
+	a = e + (0x4000-uint64(base))*lanes1 // e - base + 0x4000, in [0x3F01, 0x40FF]
+	// In the window iff 0x4000 <= a <= 0x400E: bit 14 set, and a + 0x3FF1
+	// does not reach bit 15.
+	out = ^a&lanesBit14 | (a+0x3FF1*lanes1)&lanesBit15
+	return a, out
 }
 
-// encodeFixed12 writes the codes of exps to code (ceil(len(exps)/2) bytes)
-// and the escapes to esc; start is the group index of exps[0]. It reports
-// false if esc runs out of room (the counts disagree: a bug).
-func encodeFixed12(exps, code []byte, base uint8, lut *[256]uint8, start int, esc *escWriter) bool {
-	n := len(exps)
+// encodeFixed12 writes the codes of the elements x to code (ceil(len(x)/2)
+// bytes) and, for bf16, their sign+mantissa bytes to sm (len(x) bytes);
+// escapes go to esc. start is the group index of x[0]. It reports false if
+// esc runs out of room (the counts disagree: a bug).
+func encodeFixed12(x []uint16, sm, code []byte, f field, base uint8, start int, esc *escWriter) bool {
+	n := len(x)
 	code = code[:(n+1)/2]
-	const hi = 0x8080808080808080
-	bb := uint64(base) * bytes8
-	i := 0
-	for ; i+8 <= n; i += 8 {
-		e := binary.LittleEndian.Uint64(exps[i:])
-		// d = e - base in every byte, without borrows between bytes.
-		d := ((e | hi) - bb) ^ ((e ^ ^bb) & hi)
-		// An escape where d > 14: bit 7 set, or low 7 bits >= 15.
-		if ((d&^hi)+0x7171717171717171|d)&hi != 0 {
-			for j := i; j < i+8; j += 2 {
-				c0, c1 := lut[exps[j]], lut[exps[j+1]]
-				if c0 == 15 && !esc.add(start+j, exps[j]) || c1 == 15 && !esc.add(start+j+1, exps[j+1]) {
-					return false
-				}
-				code[j/2] = c0 | c1<<4
-			}
-			continue
-		}
-		d = (d | d>>4) & 0x00FF00FF00FF00FF
-		binary.LittleEndian.PutUint32(code[i/2:], uint32(compact4(d)))
+	if f.bf16 {
+		sm = sm[:n]
 	}
-	for ; i < n; i += 2 {
-		c0 := lut[exps[i]]
-		if c0 == 15 && !esc.add(start+i, exps[i]) {
-			return false
+	i := 0
+	if f.bf16 && littleEndian {
+		xb := u16bytes(x)
+		for {
+			i = encodeFixed12BF16(xb, sm, code, base, i)
+			if i+8 > n {
+				break
+			}
+			// The block at i has an escape.
+			if !encodeFixed12Slow(x, sm, code, f, base, start, esc, i, i+8) {
+				return false
+			}
+			i += 8
 		}
-		var c1 uint8
-		if i+1 < n {
-			c1 = lut[exps[i+1]]
-			if c1 == 15 && !esc.add(start+i+1, exps[i+1]) {
+	}
+	return encodeFixed12Slow(x, sm, code, f, base, start, esc, i, n)
+}
+
+// encodeFixed12BF16 codes bf16 elements (as bytes xb) from i on, eight at a
+// time, until the end or a block of eight with an escape; it returns where
+// it stopped.
+func encodeFixed12BF16(xb, sm, code []byte, base uint8, i int) int {
+	n := len(xb) / 2
+	bl := (0x4000 - uint64(base)) * lanes1
+	for ; i+8 <= n; i += 8 {
+		b := xb[2*i : 2*i+16]
+		w0, w1 := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+		// e - base + 0x4000 in each lane: in the window iff in [0x4000,
+		// 0x400E], that is bit 14 set and no bit 15 after adding 0x3FF1.
+		a0 := w0>>7&lanesByte + bl
+		a1 := w1>>7&lanesByte + bl
+		if (^(a0&a1)&lanesBit14|((a0+0x3FF1*lanes1)|(a1+0x3FF1*lanes1))&lanesBit15) != 0 {
+			return i
+		}
+		s0 := (w0>>8)&lanesBit7 | w0&lanesLo7
+		s1 := (w1>>8)&lanesBit7 | w1&lanesLo7
+		s0 = (s0 | s0>>8) & 0x0000FFFF0000FFFF
+		s1 = (s1 | s1>>8) & 0x0000FFFF0000FFFF
+		binary.LittleEndian.PutUint64(sm[i:i+8], (s0|s0>>16)&0xFFFFFFFF|(s1|s1>>16)<<32)
+		a0 &= lanesNibble
+		a1 &= lanesNibble
+		a0 |= a0 >> 12 // codes of lanes 0,1 in bits 0..7, of lanes 2,3 in bits 32..39
+		a1 |= a1 >> 12
+		binary.LittleEndian.PutUint32(code[i/2:i/2+4], uint32(a0&0xFF|a0>>24&0xFF00|a1<<16&0xFF0000|a1>>8&0xFF000000))
+	}
+	return i
+}
+
+// encodeFixed12Slow codes elements [lo, hi) one at a time (lo even).
+func encodeFixed12Slow(x []uint16, sm, code []byte, f field, base uint8, start int, esc *escWriter, lo, hi int) bool {
+	for j := lo; j < hi; j++ {
+		v := x[j]
+		if f.bf16 {
+			sm[j] = uint8(v>>8)&0x80 | uint8(v)&0x7F
+		}
+		e := uint8(v>>f.shift) & uint8(f.mask)
+		c := e - base
+		if c > 14 {
+			c = 15
+			if !esc.add(start+j, e) {
 				return false
 			}
 		}
-		code[i/2] = c0 | c1<<4
+		if j%2 == 0 {
+			code[j/2] = c
+		} else {
+			code[j/2] |= c << 4
+		}
 	}
 	return true
 }
 
-// decodeFixed12 writes to exps the exponents of the codes (len(exps) of
-// them); start is the group index of exps[0]. It checks escape codes
-// against the escape list and the padding nibble.
-func decodeFixed12(code, exps []byte, base uint8, start int, esc *escReader) error {
-	n := len(exps)
+// nibbleLanes puts the four 4-bit codes of c (low nibble first) in the low
+// nibbles of four lanes.
+func nibbleLanes(c uint16) uint64 {
+	x := uint64(c)
+	x = (x | x<<24) & 0x000000FF000000FF
+	return (x | x<<12) & lanesNibble
+}
+
+// decodeFixed12 writes to x (len(x) elements) the exponents of the codes
+// in place and, for bf16, the sign+mantissa bytes sm; start is the group
+// index of x[0]. It checks the escape codes against the escape list and the
+// padding nibble.
+func decodeFixed12(code, sm []byte, x []uint16, f field, base uint8, start int, esc *escReader) error {
+	n := len(x)
 	code = code[:(n+1)/2]
-	bb := uint64(base) * bytes8
+	if f.bf16 {
+		sm = sm[:n]
+	}
 	i := 0
-	for ; i+8 <= n; i += 8 {
-		x := uint64(binary.LittleEndian.Uint32(code[i/2:]))
-		x = (x | x<<16) & 0x0000FFFF0000FFFF
-		x = (x | x<<8) & 0x00FF00FF00FF00FF
-		x = (x | x<<4) & 0x0F0F0F0F0F0F0F0F
-		if (x+bytes8)&0x1010101010101010 != 0 {
-			if err := decodeFixed12Slow(code, exps, base, start, esc, i, i+8); err != nil {
+	if f.bf16 && littleEndian {
+		xb := u16bytes(x)
+		for {
+			i = decodeFixed12BF16(code, sm, xb, base, i)
+			if i+8 > n {
+				break
+			}
+			// The block at i has an escape code.
+			if err := decodeFixed12Slow(code, sm, x, f, base, start, esc, i, i+8); err != nil {
 				return err
 			}
-			continue
+			i += 8
 		}
-		binary.LittleEndian.PutUint64(exps[i:], x+bb)
 	}
-	if err := decodeFixed12Slow(code, exps, base, start, esc, i, n); err != nil {
+	if err := decodeFixed12Slow(code, sm, x, f, base, start, esc, i, n); err != nil {
 		return err
 	}
 	if n%2 == 1 && code[n/2]>>4 != 0 {
@@ -148,18 +196,53 @@ func decodeFixed12(code, exps []byte, base uint8, start int, esc *escReader) err
 	return nil
 }
 
-func decodeFixed12Slow(code, exps []byte, base uint8, start int, esc *escReader, lo, hi int) error {
+// decodeFixed12BF16 decodes bf16 elements (into the bytes xb) from i on,
+// eight at a time, until the end or a block of eight with an escape code;
+// it returns where it stopped.
+func decodeFixed12BF16(code, sm, xb []byte, base uint8, i int) int {
+	n := len(xb) / 2
+	bl := uint64(base) * lanes1
+	for ; i+8 <= n; i += 8 {
+		c := binary.LittleEndian.Uint32(code[i/2 : i/2+4])
+		c0 := uint64(c & 0xFFFF)
+		c1 := uint64(c >> 16)
+		c0 = (c0 | c0<<24) & 0x000000FF000000FF
+		c1 = (c1 | c1<<24) & 0x000000FF000000FF
+		c0 = (c0 | c0<<12) & lanesNibble
+		c1 = (c1 | c1<<12) & lanesNibble
+		if ((c0+lanes1)|(c1+lanes1))&lanesBit4 != 0 { // a code 15
+			return i
+		}
+		s := binary.LittleEndian.Uint64(sm[i : i+8])
+		s0 := s & 0xFFFFFFFF
+		s1 := s >> 32
+		s0 = (s0 | s0<<16) & 0x0000FFFF0000FFFF
+		s1 = (s1 | s1<<16) & 0x0000FFFF0000FFFF
+		s0 = (s0 | s0<<8) & lanesByte
+		s1 = (s1 | s1<<8) & lanesByte
+		b := xb[2*i : 2*i+16]
+		binary.LittleEndian.PutUint64(b, (c0+bl)<<7|(s0&lanesBit7)<<8|s0&lanesLo7)
+		binary.LittleEndian.PutUint64(b[8:], (c1+bl)<<7|(s1&lanesBit7)<<8|s1&lanesLo7)
+	}
+	return i
+}
+
+// decodeFixed12Slow decodes elements [lo, hi) one at a time.
+func decodeFixed12Slow(code, sm []byte, x []uint16, f field, base uint8, start int, esc *escReader, lo, hi int) error {
 	for j := lo; j < hi; j++ {
 		c := code[j/2] >> (4 * (j & 1)) & 15
+		e := base + c
 		if c == 15 {
-			e, err := esc.take(start + j)
-			if err != nil {
+			var err error
+			if e, err = esc.take(start + j); err != nil {
 				return err
 			}
-			exps[j] = e
-		} else {
-			exps[j] = base + c
 		}
+		v := uint16(e) << f.shift
+		if f.bf16 {
+			v |= smOneBF16(sm[j])
+		}
+		x[j] = v
 	}
 	return nil
 }

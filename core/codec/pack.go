@@ -64,14 +64,12 @@ type packer struct {
 	cntEsc     []int // per chunk: escapes
 	off2, off3 []int // per chunk: segment offsets within the group
 	offEsc     []int // per chunk: first escape entry within the group
-	fixedLUT   [][256]uint8
-	encLUT     [][256]uint32
+	sym        [][256]uint8
 	t          *Tensor
 }
 
 // scratch is one worker's buffers.
 type scratch struct {
-	exps [ChunkElements]byte
 	buf2 [seg2Buf]byte
 	buf3 [seg3Buf]byte
 }
@@ -105,20 +103,17 @@ func (pk *packer) run(workers int) (*Tensor, error) {
 			groupHist[us.g][e] += pk.unitHist[u][e]
 		}
 	}
-	if pk.layout == Fixed12 {
-		pk.fixedLUT = make([][256]uint8, G)
-	} else {
-		pk.encLUT = make([][256]uint32, G)
+	if pk.layout == Smallest {
+		pk.sym = make([][256]uint8, G)
 	}
 	for g := range t.Groups {
 		grp := &t.Groups[g]
 		grp.Elements = uint64(per)
 		if pk.layout == Fixed12 {
 			grp.Base = chooseBase(&groupHist[g], pk.d.maxExp)
-			pk.fixedLUT[g] = fixed12Codes(grp.Base)
 		} else {
 			grp.Table, grp.Base = chooseSmallest(&groupHist[g], pk.d.maxExp)
-			pk.encLUT[g] = smallestEnc(&groupHist[g], grp.Table, grp.Base)
+			pk.sym[g] = smallestSyms(&groupHist[g], grp.Table, grp.Base)
 		}
 	}
 
@@ -222,16 +217,16 @@ func (pk *packer) countUnit(_, u int) error {
 	for c := c0; c < c1; c++ {
 		h := (*[256]uint16)(pk.hist[256*c : 256*c+256])
 		if pk.layout == Fixed12 {
-			lut := &pk.fixedLUT[us.g]
+			b := int(pk.t.Groups[us.g].Base)
 			n := 0
 			for e, k := range h {
-				if lut[e] == 15 {
+				if e < b || e > b+14 {
 					n += int(k)
 				}
 			}
 			pk.cntEsc[c] = n
 		} else {
-			pk.cnt2[c], pk.cnt3[c], pk.cntEsc[c] = smallestCounts(h, &pk.encLUT[us.g])
+			pk.cnt2[c], pk.cnt3[c], pk.cntEsc[c] = smallestCounts(h, &pk.sym[us.g])
 		}
 	}
 	return nil
@@ -250,12 +245,10 @@ func (pk *packer) encodeUnit(s *scratch, u int) error {
 	for c := c0; c < c1; c++ {
 		x, g, lo := pk.chunkSrc(c)
 		m := len(x)
-		exps := s.exps[:m]
 		sm := smg[pk.d.smSize(lo):pk.d.smSize(lo+m)]
-		if pk.dt == BF16 {
-			splitBF16(x, sm, exps)
-		} else {
-			splitFP16(x, sm, exps)
+		f := pk.d.field()
+		if !f.bf16 {
+			splitFP16(x, sm)
 		}
 		esc := escWriter{
 			idx: escIdx[EscIdxBytes*pk.offEsc[c] : EscIdxBytes*(pk.offEsc[c]+pk.cntEsc[c])],
@@ -263,11 +256,11 @@ func (pk *packer) encodeUnit(s *scratch, u int) error {
 		}
 		code := codeg[codeSize(pk.layout, lo):codeSize(pk.layout, lo+m)]
 		if pk.layout == Fixed12 {
-			if !encodeFixed12(exps, code, grp.Base, &pk.fixedLUT[g], lo, &esc) {
+			if !encodeFixed12(x, sm, code, f, grp.Base, lo, &esc) {
 				return status.Errorf(status.Internal, "internal error: escape count of chunk %d", c)
 			}
 		} else {
-			len2, len3, ok := encodeSmallest(exps, code, s.buf2[:], s.buf3[:], &pk.encLUT[g], lo, &esc)
+			len2, len3, ok := encodeSmallest(x, sm, code, s.buf2[:], s.buf3[:], f, &pk.sym[g], grp.Base, lo, &esc)
 			if !ok || len2 != (pk.cnt2[c]+3)/4 || len3 != (pk.cnt3[c]+1)/2 {
 				return status.Errorf(status.Internal, "internal error: level-2/3 sizes of chunk %d", c)
 			}

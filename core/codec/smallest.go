@@ -2,6 +2,7 @@ package codec
 
 import (
 	"encoding/binary"
+	"math/bits"
 
 	"github.com/glyd/glyd/core/status"
 )
@@ -11,23 +12,12 @@ import (
 // code of their chunk's segment in PlaneCode2 (c2 < 3: Table[3+c2]); those
 // with c2 = 3 take the next 4-bit level-3 code of the chunk's segment in
 // PlaneCode3 (c3 < 15: Base+c3; 15: escape).
-
-// Encoder table entries (smallestEnc) pack, per exponent:
-const (
-	encC2Shift   = 2  // bits 2..3: level-2 code (0 unless c1 = 3)
-	encC3Shift   = 4  // bits 4..7: level-3 code (0 unless c2 = 3)
-	encAdv2Shift = 8  // bits 8..15: level-2 bits taken (0 or 2)
-	encAdv3Shift = 16 // bits 16..23: level-3 bits taken (0 or 4)
-	encEsc       = 1 << 24
-)
-
-// Decoder table entries (smallestDec), indexed by c1 | c2<<2 | c3<<4, hold
-// the exponent in bits 0..7 and decEsc for an escape.
-const decEsc = 0x100
+//
+// Both coders work on blocks of four elements: one level-1 byte.
 
 // Segment buffers: a chunk's level-2 and level-3 segments are copied into
-// buffers with 8 bytes of slack so that the decoder can read them a word at
-// a time.
+// (decoder) or built in (encoder) buffers with 8 bytes of slack so that
+// they can be read and written a word at a time.
 const (
 	seg2Buf = maxSeg2 + 8
 	seg3Buf = maxSeg3 + 8
@@ -77,252 +67,468 @@ func chooseBase(h *[256]uint64, maxExp uint8) uint8 {
 	return uint8(best)
 }
 
-// smallestEnc builds the encoder table of a group. ranks are taken from
-// the histogram h so that only exponents present in the group use the table.
-func smallestEnc(h *[256]uint64, table [6]uint8, base uint8) (lut [256]uint32) {
-	var rank [256]int
-	for e := range rank {
-		rank[e] = -1
-	}
-	for r, e := range table {
-		if h[e] > 0 && rank[e] < 0 {
-			rank[e] = r
+// Symbols: the encoder first maps each exponent to a symbol, 0..5 for the
+// table slots, symL3 for the base window and symEsc for an escape; four
+// symbols (12 bits) then index the static table encTable.
+const (
+	symL3  = 6
+	symEsc = 7
+)
+
+// smallestSyms returns the symbol of every exponent for a group with
+// histogram h (only exponents present in the group take a table slot).
+func smallestSyms(h *[256]uint64, table [6]uint8, base uint8) (sym [256]uint8) {
+	for e := range sym {
+		if e >= int(base) && e <= int(base)+14 {
+			sym[e] = symL3
+		} else {
+			sym[e] = symEsc
 		}
 	}
-	for e := range lut {
-		r := rank[e]
-		switch {
-		case r >= 0 && r < 3:
-			lut[e] = uint32(r)
-		case r >= 3:
-			lut[e] = 3 | uint32(r-3)<<encC2Shift | 2<<encAdv2Shift
-		case e >= int(base) && e <= int(base)+14:
-			lut[e] = 3 | 3<<encC2Shift | uint32(e-int(base))<<encC3Shift | 2<<encAdv2Shift | 4<<encAdv3Shift
-		default:
-			lut[e] = 3 | 3<<encC2Shift | 15<<encC3Shift | 2<<encAdv2Shift | 4<<encAdv3Shift | encEsc
+	for r := len(table) - 1; r >= 0; r-- { // the first slot wins on duplicates
+		if h[table[r]] > 0 {
+			sym[table[r]] = uint8(r)
 		}
 	}
-	return lut
+	return sym
 }
 
-// smallestDec builds the decoder table of a group.
-func smallestDec(table [6]uint8, base uint8) (lut [256]uint16) {
-	for i := range lut {
-		c1, c2, c3 := i&3, i>>2&3, i>>4
-		switch {
-		case c1 < 3:
-			lut[i] = uint16(table[c1])
-		case c2 < 3:
-			lut[i] = uint16(table[3+c2])
-		case c3 < 15:
-			lut[i] = uint16(base) + uint16(c3)
-		default:
-			lut[i] = decEsc
+// encTable[s0 | s1<<3 | s2<<6 | s3<<9], for the symbols of the four
+// elements of a block, holds their level-1 byte (bits 0..7), their level-2
+// codes packed in order (bits 8..15), the number of level-2 bits (bits
+// 16..19) and the mask of elements that take a level-3 code (bits 20..23).
+var encTable = func() (t [4096]uint32) {
+	for s4 := range t {
+		var l1, l2, n2, l3 int
+		for j := 0; j < 4; j++ {
+			s := s4 >> (3 * j) & 7
+			l1 |= min(s, 3) << (2 * j)
+			if s >= 3 {
+				l2 |= min(s-3, 3) << n2
+				n2 += 2
+				if s >= symL3 {
+					l3 |= 1 << j
+				}
+			}
 		}
+		t[s4] = uint32(l1 | l2<<8 | n2<<16 | l3<<20)
 	}
-	return lut
-}
+	return t
+}()
+
+// l3Table[m], for the mask m of the elements of a block that take a level-3
+// code, holds 0xFFFF (sel) and 0x000F (sel4) in their lanes, the position
+// of each one's code among the block's level-3 bits in byte j of sh (4 *
+// its rank among them; 0 for the others), and the number of those bits.
+var l3Table = func() (t [16]struct {
+	sel, sel4 uint64
+	sh        uint32
+	bits      uint
+}) {
+	for m := range t {
+		r := 0
+		for j := 0; j < 4; j++ {
+			if m>>j&1 != 0 {
+				t[m].sel |= 0xFFFF << (16 * j)
+				t[m].sel4 |= 0xF << (16 * j)
+				t[m].sh |= uint32(4*r) << (8 * j)
+				r++
+			}
+		}
+		t[m].bits = uint(4 * r)
+	}
+	return t
+}()
 
 // smallestCounts returns how many elements of a chunk with histogram h take
 // a level-2 code, a level-3 code, and an escape.
-func smallestCounts(h *[256]uint16, lut *[256]uint32) (n2, n3, nesc int) {
+func smallestCounts(h *[256]uint16, sym *[256]uint8) (n2, n3, nesc int) {
 	for e, c := range h {
-		if c == 0 {
-			continue
-		}
-		v := lut[e]
-		if v>>encAdv2Shift&0xFF != 0 {
+		s := sym[e]
+		if s >= 3 {
 			n2 += int(c)
 		}
-		if v>>encAdv3Shift&0xFF != 0 {
+		if s >= symL3 {
 			n3 += int(c)
 		}
-		if v&encEsc != 0 {
+		if s == symEsc {
 			nesc += int(c)
 		}
 	}
 	return
 }
 
-// encodeSmallest codes the exponents of one chunk: level-1 codes to code1
-// (ceil(len(exps)/4) bytes), level-2 and level-3 segments to buf2 and buf3
-// (seg2Buf and seg3Buf bytes of scratch), escapes to esc. It returns the
-// segment lengths in bytes, and false if esc runs out of room (a bug).
-func encodeSmallest(exps, code1, buf2, buf3 []byte, lut *[256]uint32, start int, esc *escWriter) (len2, len3 int, ok bool) {
-	n := len(exps)
-	code1 = code1[:(n+3)/4]
-	buf2 = buf2[:seg2Buf]
-	buf3 = buf3[:seg3Buf]
-	var acc2, acc3 uint64
-	var b2, b3 uint // bits pending in acc2, acc3 (< 8 between blocks)
-	q2, q3 := 0, 0  // bytes written to buf2, buf3
-	i := 0
-	for ; i+8 <= n && q2+8 <= len(buf2) && q3+8 <= len(buf3); i += 8 {
-		var l1, flags uint32
-		e := exps[i : i+8 : i+8]
-		for j := 0; j < 8; j++ {
-			v := lut[e[j]]
-			l1 |= (v & 3) << (2 * j)
-			acc2 |= uint64(v>>encC2Shift&3) << (b2 & 63)
-			b2 += uint(v >> encAdv2Shift & 0xFF)
-			acc3 |= uint64(v>>encC3Shift&15) << (b3 & 63)
-			b3 += uint(v >> encAdv3Shift & 0xFF)
-			flags |= v
-		}
-		binary.LittleEndian.PutUint16(code1[i/4:], uint16(l1))
-		binary.LittleEndian.PutUint64(buf2[q2:], acc2)
-		q2 += int(b2 >> 3)
-		acc2 >>= b2 &^ 7
-		b2 &= 7
-		binary.LittleEndian.PutUint64(buf3[q3:], acc3)
-		q3 += int(b3 >> 3)
-		acc3 >>= b3 &^ 7
-		b3 &= 7
-		if flags&encEsc != 0 {
-			for j := 0; j < 8; j++ {
-				if lut[e[j]]&encEsc != 0 && !esc.add(start+i+j, e[j]) {
-					return 0, 0, false
-				}
-			}
-		}
-	}
-	// Tail (fewer than 8 elements): one element at a time.
-	for ; i < n; i++ {
-		v := lut[exps[i]]
-		if i%4 == 0 {
-			code1[i/4] = 0
-		}
-		code1[i/4] |= byte(v&3) << (2 * (i % 4))
-		acc2 |= uint64(v>>encC2Shift&3) << (b2 & 63)
-		b2 += uint(v >> encAdv2Shift & 0xFF)
-		acc3 |= uint64(v>>encC3Shift&15) << (b3 & 63)
-		b3 += uint(v >> encAdv3Shift & 0xFF)
-		for b2 >= 8 {
-			if q2 >= len(buf2) {
-				return 0, 0, false
-			}
-			buf2[q2] = byte(acc2)
-			q2++
-			acc2 >>= 8
-			b2 -= 8
-		}
-		for b3 >= 8 {
-			if q3 >= len(buf3) {
-				return 0, 0, false
-			}
-			buf3[q3] = byte(acc3)
-			q3++
-			acc3 >>= 8
-			b3 -= 8
-		}
-		if v&encEsc != 0 && !esc.add(start+i, exps[i]) {
-			return 0, 0, false
-		}
-	}
-	if b2 > 0 {
-		if q2 >= len(buf2) {
-			return 0, 0, false
-		}
-		buf2[q2] = byte(acc2)
-		q2++
-	}
-	if b3 > 0 {
-		if q3 >= len(buf3) {
-			return 0, 0, false
-		}
-		buf3[q3] = byte(acc3)
-		q3++
-	}
-	return q2, q3, q2 <= maxSeg2 && q3 <= maxSeg3
+// bitWriter appends little-endian bit fields to a buffer with 8 bytes of
+// slack past the longest content.
+type bitWriter struct {
+	buf []byte
+	acc uint64
+	nb  uint // bits pending in acc (< 8 after flush)
+	q   int  // bytes written
 }
 
-// adv3 gives the level-3 bits taken by an element from c1 | c2<<2.
-var adv3 = [16]uint8{15: 4}
-
-// decodeSmallest writes to exps the exponents of one chunk (len(exps) of
-// them) from its level-1 codes and its level-2 and level-3 segments; start
-// is the group index of exps[0]; buf2 and buf3 are scratch (seg2Buf and
-// seg3Buf bytes). It checks that the segments hold exactly the codes the
-// chunk takes, that their padding bits and those after the last level-1
-// code are zero, and the escapes.
-func decodeSmallest(code1, seg2, seg3, exps, buf2, buf3 []byte, lut *[256]uint16, start int, esc *escReader) error {
-	n := len(exps)
-	code1 = code1[:(n+3)/4]
-	if len(seg2) > maxSeg2 || len(seg3) > maxSeg3 {
-		return errCorrupt(status.Corrupt, "group %d chunk at element %d: segments too long", esc.gi, start)
+// flush writes the whole bytes of acc.
+func (w *bitWriter) flush() bool {
+	if w.q+8 > len(w.buf) {
+		return false
 	}
-	buf2 = buf2[:seg2Buf]
-	buf3 = buf3[:seg3Buf]
-	copy(buf2, seg2)
-	copy(buf3, seg3)
-	p2, p3 := 0, 0 // bits taken from the level-2 and level-3 segments
+	binary.LittleEndian.PutUint64(w.buf[w.q:], w.acc)
+	w.q += int(w.nb >> 3)
+	w.acc >>= w.nb &^ 7
+	w.nb &= 7
+	return true
+}
+
+// finish writes the last partial byte and returns the length.
+func (w *bitWriter) finish() (int, bool) {
+	if !w.flush() {
+		return 0, false
+	}
+	if w.nb > 0 {
+		w.q++
+	}
+	return w.q, true
+}
+
+// smallestEnc is the state of the encoder within one chunk.
+type smallestEnc struct {
+	x          []uint16
+	sm, code1  []byte
+	f          field
+	sym        *[256]uint8
+	base       uint8
+	start      int
+	esc        *escWriter
+	w2, w3     bitWriter
+	overflowed bool
+}
+
+// encodeSmallest codes the elements x of one chunk: level-1 codes to code1
+// (ceil(len(x)/4) bytes), level-2 and level-3 segments to buf2 and buf3
+// (seg2Buf and seg3Buf bytes of scratch), escapes to esc, and for bf16 the
+// sign+mantissa bytes to sm. start is the group index of x[0]. It returns
+// the segment lengths in bytes, and false if a buffer runs out of room (a
+// bug).
+func encodeSmallest(x []uint16, sm, code1, buf2, buf3 []byte, f field, sym *[256]uint8, base uint8, start int, esc *escWriter) (len2, len3 int, ok bool) {
+	n := len(x)
+	st := smallestEnc{x: x, code1: code1[:(n+3)/4], f: f, sym: sym, base: base, start: start, esc: esc,
+		w2: bitWriter{buf: buf2[:seg2Buf]}, w3: bitWriter{buf: buf3[:seg3Buf]}}
+	if f.bf16 {
+		st.sm = sm[:n]
+	}
 	i := 0
-	for ; i+8 <= n; i += 8 {
-		c1s := uint32(binary.LittleEndian.Uint16(code1[i/4:]))
-		w2 := binary.LittleEndian.Uint64(buf2[p2>>3:]) >> (p2 & 7)
-		w3 := binary.LittleEndian.Uint64(buf3[p3>>3:]) >> (p3 & 7)
-		m3 := c1s & (c1s >> 1) & 0x5555 // bit 2j: c1 of element j is 3
-		var s2, s3 uint
-		var out uint64
-		var flags uint16
-		for j := 0; j < 8; j++ {
-			c1 := c1s >> (2 * j) & 3
-			c2 := uint32(w2>>(s2&63)) & 3
-			c3 := uint32(w3>>(s3&63)) & 15
-			s2 += uint(m3>>(2*j)&1) * 2
-			s3 += uint(adv3[c1|c2<<2])
-			v := lut[(c1|c2<<2|c3<<4)&0xFF]
-			out |= uint64(v&0xFF) << (8 * j)
-			flags |= v
-		}
-		if flags&decEsc != 0 {
-			if err := decodeSmallestSlow(code1, buf2, buf3, exps, lut, start, esc, i, i+8, &p2, &p3); err != nil {
-				return err
+	if f.bf16 && littleEndian {
+		xb := u16bytes(x[:n&^3])
+		for {
+			i = encodeSmallestBF16(xb, st.sm, st.code1, sym, base, i, &st.w2, &st.w3)
+			if i+4 > n || st.w2.q+8 > len(st.w2.buf) || st.w3.q+8 > len(st.w3.buf) {
+				break
 			}
+			st.block(i) // a block with an escape
+			i += 4
+		}
+	}
+	for ; i < n; i += 4 {
+		st.block(i)
+	}
+	len2, ok2 := st.w2.finish()
+	len3, ok3 := st.w3.finish()
+	return len2, len3, ok2 && ok3 && !st.overflowed && len2 <= maxSeg2 && len3 <= maxSeg3
+}
+
+// encodeSmallestBF16 codes bf16 elements (as bytes xb, a multiple of four
+// elements) from i on, four at a time, until the end or a block with an
+// escape, which it leaves for smallestEnc.block; it returns where it
+// stopped.
+func encodeSmallestBF16(xb, sm, code1 []byte, sym *[256]uint8, base uint8, i int, w2, w3 *bitWriter) int {
+	n := len(xb) / 2
+	buf2, acc2, nb2, q2 := w2.buf, w2.acc, w2.nb, w2.q
+	buf3, acc3, nb3, q3 := w3.buf, w3.acc, w3.nb, w3.q
+	bl := (0x4000 - uint64(base)) * lanes1
+	for ; i+4 <= n; i += 4 {
+		w := binary.LittleEndian.Uint64(xb[2*i : 2*i+8])
+		e := w >> 7 & lanesByte
+		te := encTable[(uint32(sym[uint8(e)])|uint32(sym[uint8(e>>16)])<<3|uint32(sym[uint8(e>>32)])<<6|uint32(sym[uint8(e>>48)])<<9)&4095]
+		if l3 := te >> 20 & 15; l3 != 0 {
+			// Level-3 codes e - base of the elements in l3, in order.
+			lt := &l3Table[l3]
+			a := e + bl // e - base + 0x4000: in the window iff bit 14 and no bit 15 after + 0x3FF1
+			if (^a&lanesBit14|(a+0x3FF1*lanes1)&lanesBit15)&lt.sel != 0 {
+				break // an escape
+			}
+			if q3+8 > len(buf3) {
+				break
+			}
+			a &= lt.sel4
+			acc3 |= (a&15<<(lt.sh&31) | a>>16&15<<(lt.sh>>8&31) | a>>32&15<<(lt.sh>>16&31) | a>>48<<(lt.sh>>24&31)) << (nb3 & 63)
+			nb3 += lt.bits
+			binary.LittleEndian.PutUint64(buf3[q3:q3+8], acc3)
+			q3 += int(nb3 >> 3)
+			acc3 >>= nb3 &^ 7
+			nb3 &= 7
+		}
+		if q2+8 > len(buf2) {
+			break
+		}
+		code1[i>>2] = byte(te)
+		s := (w>>8)&lanesBit7 | w&lanesLo7
+		s = (s | s>>8) & 0x0000FFFF0000FFFF
+		binary.LittleEndian.PutUint32(sm[i:i+4], uint32(s|s>>16))
+		acc2 |= uint64(te>>8&0xFF) << (nb2 & 63)
+		nb2 += uint(te >> 16 & 0xF)
+		binary.LittleEndian.PutUint64(buf2[q2:q2+8], acc2)
+		q2 += int(nb2 >> 3)
+		acc2 >>= nb2 &^ 7
+		nb2 &= 7
+	}
+	w2.acc, w2.nb, w2.q = acc2, nb2, q2
+	w3.acc, w3.nb, w3.q = acc3, nb3, q3
+	return i
+}
+
+// block codes the block of (up to) four elements at i, one at a time.
+func (st *smallestEnc) block(i int) {
+	n := len(st.x)
+	var s uint32 // the block's symbols; padding symbols 0
+	for j := i; j < min(i+4, n); j++ {
+		v := st.x[j]
+		s |= uint32(st.sym[uint8(v>>st.f.shift)&uint8(st.f.mask)]) << (3 * (j - i))
+		if st.f.bf16 {
+			st.sm[j] = uint8(v>>8)&0x80 | uint8(v)&0x7F
+		}
+	}
+	te := encTable[s&4095]
+	st.code1[i/4] = byte(te)
+	st.w2.acc |= uint64(te>>8&0xFF) << (st.w2.nb & 63)
+	st.w2.nb += uint(te >> 16 & 0xF)
+	for j := 0; j < 4; j++ {
+		if te>>(20+j)&1 == 0 {
 			continue
 		}
-		binary.LittleEndian.PutUint64(exps[i:], out)
-		p2 += int(s2)
-		p3 += int(s3)
+		e := uint8(st.x[i+j]>>st.f.shift) & uint8(st.f.mask)
+		c := uint64(e - st.base)
+		if c > 14 {
+			c = 15
+			if !st.esc.add(st.start+i+j, e) {
+				st.overflowed = true
+			}
+		}
+		st.w3.acc |= c << (st.w3.nb & 63)
+		st.w3.nb += 4
 	}
-	if err := decodeSmallestSlow(code1, buf2, buf3, exps, lut, start, esc, i, n, &p2, &p3); err != nil {
-		return err
+	if !st.w2.flush() || !st.w3.flush() {
+		st.overflowed = true
 	}
+}
+
+// t2Off[m] is where the level-2 entries for the level-1 mask m (the
+// elements of a block with c1 = 3) start in smallestDecTables.t2: the sum
+// over m' < m of 4^popcount(m').
+var t2Off = func() (o [17]int) {
+	for m := 0; m < 16; m++ {
+		o[m+1] = o[m] + 1<<(2*bits.OnesCount(uint(m)))
+	}
+	return o
+}()
+
+// smallestDecTables decode one level-1 byte (a block of four elements) at
+// a time, for one exponent table and one dtype.
+//
+// t1[b] holds the exponents, in place in their lanes, of the elements of
+// level-1 byte b with c1 < 3 (0 in the other lanes). t1m[b] holds t2Off[m]
+// for the mask m of the others (bits 0..9), the mask of their
+// 2*popcount(m) level-2 bits (bits 16..23) and that count (bits 24..27).
+//
+// t2[t2Off[m] + x], for the level-2 codes x of the elements of m in order,
+// holds the exponents of those with c2 < 3 in their lanes, and bit 15 in
+// the lanes of those with c2 = 3, which take a level-3 code.
+type smallestDecTables struct {
+	t1  [256]uint64
+	t1m [256]uint32
+	t2  [1024]uint64 // 625 used
+
+	table [6]uint8 // what the tables were built for
+	shift uint
+	built bool
+}
+
+// build makes the tables for an exponent table and field, unless they are
+// already built for them.
+func (d *smallestDecTables) build(table [6]uint8, f field) {
+	if d.built && d.table == table && d.shift == f.shift {
+		return
+	}
+	for b := range d.t1 {
+		var lanes uint64
+		var m int
+		for j := 0; j < 4; j++ {
+			if c1 := b >> (2 * j) & 3; c1 < 3 {
+				lanes |= uint64(table[c1]) << (16*j + int(f.shift))
+			} else {
+				m |= 1 << j
+			}
+		}
+		k := bits.OnesCount(uint(m))
+		d.t1[b] = lanes
+		d.t1m[b] = uint32(t2Off[m] | (1<<(2*k)-1)<<16 | (2*k)<<24)
+	}
+	for m := 0; m < 16; m++ {
+		k := bits.OnesCount(uint(m))
+		for x := 0; x < 1<<(2*k); x++ {
+			var lanes uint64
+			r := 0
+			for j := 0; j < 4; j++ {
+				if m>>j&1 == 0 {
+					continue
+				}
+				if c2 := x >> (2 * r) & 3; c2 < 3 {
+					lanes |= uint64(table[3+c2]) << (16*j + int(f.shift))
+				} else {
+					lanes |= 0x8000 << (16 * j)
+				}
+				r++
+			}
+			d.t2[t2Off[m]+x] = lanes
+		}
+	}
+	d.table, d.shift, d.built = table, f.shift, true
+}
+
+// gatherBit15 returns bit 15 of the four lanes of w as a 4-bit mask.
+func gatherBit15(w uint64) uint32 {
+	return uint32((w>>15&lanes1)*(1|1<<15|1<<30|1<<45)>>45) & 15
+}
+
+// smallestDec is the state of the decoder within one chunk.
+type smallestDec struct {
+	code1, sm  []byte
+	buf2, buf3 []byte
+	x          []uint16
+	f          field
+	d          *smallestDecTables
+	base       uint8
+	start      int
+	esc        *escReader
+	p2, p3     int // bits taken from the level-2 and level-3 segments
+}
+
+// decodeSmallest writes to x (len(x) elements) the exponents of one chunk
+// in place, from its level-1 codes and its level-2 and level-3 segments,
+// and for bf16 the sign+mantissa bytes sm; start is the group index of
+// x[0]; buf2 and buf3 are scratch (seg2Buf and seg3Buf bytes). It checks
+// that the segments hold exactly the codes the chunk takes, that their
+// padding bits and those after the last level-1 code are zero, and the
+// escapes.
+func decodeSmallest(code1, seg2, seg3, sm []byte, x []uint16, f field, d *smallestDecTables, base uint8, start int, esc *escReader, buf2, buf3 []byte) error {
+	n := len(x)
+	if len(seg2) > maxSeg2 || len(seg3) > maxSeg3 || n > ChunkElements {
+		return errCorrupt(status.Corrupt, "group %d chunk at element %d: segments too long", esc.gi, start)
+	}
+	st := smallestDec{code1: code1[:(n+3)/4], buf2: buf2[:seg2Buf], buf3: buf3[:seg3Buf], x: x, f: f, d: d, base: base, start: start, esc: esc}
+	if f.bf16 {
+		st.sm = sm[:n]
+	}
+	copy(st.buf2, seg2)
+	copy(st.buf3, seg3)
+	i := 0
+	if f.bf16 && littleEndian {
+		xb := u16bytes(x[:n&^3])
+		for {
+			i, st.p2, st.p3 = decodeSmallestBF16(st.code1, st.buf2, st.buf3, st.sm, xb, d, base, i, st.p2, st.p3)
+			if i+4 > n {
+				break
+			}
+			if err := st.block(i); err != nil { // a block with an escape
+				return err
+			}
+			i += 4
+		}
+	}
+	for ; i < n; i += 4 {
+		if err := st.block(i); err != nil {
+			return err
+		}
+	}
+	p2, p3 := st.p2, st.p3
 	if (p2+7)/8 != len(seg2) || p2%8 != 0 && seg2[p2/8]>>(p2%8) != 0 {
 		return errCorrupt(status.Corrupt, "group %d chunk at element %d: level-2 segment of %d bytes for %d codes, or nonzero padding", esc.gi, start, len(seg2), p2/2)
 	}
 	if (p3+7)/8 != len(seg3) || p3%8 != 0 && seg3[p3/8]>>(p3%8) != 0 {
 		return errCorrupt(status.Corrupt, "group %d chunk at element %d: level-3 segment of %d bytes for %d codes, or nonzero padding", esc.gi, start, len(seg3), p3/4)
 	}
-	if n%4 != 0 && code1[n/4]>>(2*(n%4)) != 0 {
+	if n%4 != 0 && st.code1[n/4]>>(2*(n%4)) != 0 {
 		return errCorrupt(status.Corrupt, "group %d: level-1 padding bits after element %d are not zero", esc.gi, start+n-1)
 	}
 	return nil
 }
 
-// decodeSmallestSlow decodes elements [lo, hi) of a chunk one at a time,
-// with escapes, advancing the bit positions *p2 and *p3.
-func decodeSmallestSlow(code1, buf2, buf3, exps []byte, lut *[256]uint16, start int, esc *escReader, lo, hi int, p2, p3 *int) error {
-	for j := lo; j < hi; j++ {
-		c1 := uint32(code1[j/4]>>(2*(j%4))) & 3
-		c2 := uint32(buf2[*p2/8]>>(*p2%8)) & 3
-		c3 := uint32(binary.LittleEndian.Uint16(buf3[*p3/8:])>>(*p3%8)) & 15
-		if c1 == 3 {
-			*p2 += 2
-			if c2 == 3 {
-				*p3 += 4
+// decodeSmallestBF16 decodes bf16 elements (into the bytes xb, a multiple
+// of four elements) from i on, four at a time, until the end or a block
+// with an escape code, which it leaves for smallestDec.block; it returns
+// where it stopped and the level-2 and level-3 bit positions there.
+func decodeSmallestBF16(code1, buf2, buf3, sm, xb []byte, d *smallestDecTables, base uint8, i, p2, p3 int) (int, int, int) {
+	n := len(xb) / 2
+	bl := uint64(base) * lanes1
+	for ; i+4 <= n; i += 4 {
+		b := code1[i>>2]
+		m := d.t1m[b]
+		// p2 < 2*i <= 8184 bits: the word read stays in buf2.
+		w2 := binary.LittleEndian.Uint64(buf2[(p2>>3)&1023:]) >> (p2 & 7)
+		w := d.t1[b] | d.t2[(uint64(m&0x3FF)+w2&uint64(m>>16&0xFF))&1023]
+		if fl := w & lanesBit15; fl != 0 {
+			// The elements flagged take the next level-3 codes, in order.
+			w ^= fl
+			lt := &l3Table[gatherBit15(fl)]
+			w3 := uint64(binary.LittleEndian.Uint32(buf3[(p3>>3)&2047:]) >> (p3 & 4))
+			c := (w3>>(lt.sh&31)&15 | (w3>>(lt.sh>>8&31)&15)<<16 | (w3>>(lt.sh>>16&31)&15)<<32 | (w3>>(lt.sh>>24&31)&15)<<48) & lt.sel4
+			if (c+lanes1)&lanesBit4 != 0 {
+				break // an escape
 			}
+			w |= (c + bl) << 7 & lt.sel
+			p3 += int(lt.bits)
 		}
-		v := lut[(c1|c2<<2|c3<<4)&0xFF]
-		if v&decEsc != 0 {
-			e, err := esc.take(start + j)
-			if err != nil {
+		p2 += int(m >> 24)
+		s := uint64(binary.LittleEndian.Uint32(sm[i : i+4]))
+		s = (s | s<<16) & 0x0000FFFF0000FFFF
+		s = (s | s<<8) & lanesByte
+		binary.LittleEndian.PutUint64(xb[2*i:2*i+8], w|(s&lanesBit7)<<8|s&lanesLo7)
+	}
+	return i, p2, p3
+}
+
+// block decodes the block of (up to) four elements at i, with escapes.
+func (st *smallestDec) block(i int) error {
+	n := len(st.x)
+	b := st.code1[i/4]
+	if i+4 > n {
+		b &= 1<<(2*(n-i)) - 1 // padding codes are checked at the end
+	}
+	d := st.d
+	m := d.t1m[b]
+	w2 := binary.LittleEndian.Uint64(st.buf2[(st.p2>>3)&1023:]) >> (st.p2 & 7)
+	w := d.t1[b] | d.t2[(uint64(m&0x3FF)+w2&uint64(m>>16&0xFF))&1023]
+	st.p2 += int(m >> 24)
+	for j := 0; j < 4; j++ {
+		if w>>(16*j+15)&1 == 0 {
+			continue
+		}
+		c := st.buf3[(st.p3>>3)&2047] >> (st.p3 & 4) & 15
+		st.p3 += 4
+		e := st.base + c
+		if c == 15 {
+			var err error
+			if e, err = st.esc.take(st.start + i + j); err != nil {
 				return err
 			}
-			exps[j] = e
-		} else {
-			exps[j] = uint8(v)
 		}
+		w = w&^(0xFFFF<<(16*j)) | uint64(e)<<(16*j+int(st.f.shift))
+	}
+	for j := i; j < min(i+4, n); j++ {
+		v := uint16(w >> (16 * (j - i)))
+		if st.f.bf16 {
+			v |= smOneBF16(st.sm[j])
+		}
+		st.x[j] = v
 	}
 	return nil
 }

@@ -72,9 +72,9 @@ func checkDst(have, want int, what string) error {
 
 // decodeScratch is one worker's decoding buffers.
 type decodeScratch struct {
-	exps [ChunkElements]byte
-	buf2 [seg2Buf]byte
-	buf3 [seg3Buf]byte
+	buf2   [seg2Buf]byte
+	buf3   [seg3Buf]byte
+	tables smallestDecTables
 }
 
 // decodeUnits decodes units into dst, whose element 0 is element dst0 of
@@ -106,31 +106,26 @@ func (p *plan) decodeUnit(s *decodeScratch, u unit, dst []uint16) error {
 	esc := escReader{gi: gi, idx: idx, exp: p.slice(gi, PlaneEscExp), k: escStart(idx, u.lo), end: escStart(idx, u.hi)}
 	sm := p.slice(gi, PlaneSM)
 	code := p.slice(gi, PlaneCode)
-	var dlut *[256]uint16
+	f := p.d.field()
 	if t.Layout == Smallest {
-		l := smallestDec(grp.Table, grp.Base)
-		dlut = &l
+		s.tables.build(grp.Table, f)
 	}
 	for lo := u.lo; lo < u.hi; lo += ChunkElements {
 		hi := min(lo+ChunkElements, u.hi)
-		m := hi - lo
-		exps := s.exps[:m]
+		out := dst[lo-u.lo : hi-u.lo]
+		smc := sm[p.d.smSize(lo):p.d.smSize(hi)]
 		c := code[codeSize(t.Layout, lo):codeSize(t.Layout, hi)]
 		if t.Layout == Fixed12 {
-			if err := decodeFixed12(c, exps, grp.Base, lo, &esc); err != nil {
+			if err := decodeFixed12(c, smc, out, f, grp.Base, lo, &esc); err != nil {
 				return err
 			}
 		} else {
 			seg2, seg3 := p.chunkSegments(gi, lo/ChunkElements)
-			if err := decodeSmallest(c, seg2, seg3, exps, s.buf2[:], s.buf3[:], dlut, lo, &esc); err != nil {
+			if err := decodeSmallest(c, seg2, seg3, smc, out, f, &s.tables, grp.Base, lo, &esc, s.buf2[:], s.buf3[:]); err != nil {
 				return err
 			}
 		}
-		out := dst[lo-u.lo : hi-u.lo]
-		smc := sm[p.d.smSize(lo):p.d.smSize(hi)]
-		if t.DType == BF16 {
-			joinBF16(out, smc, exps)
-		} else if !joinFP16(out, smc, exps) {
+		if !f.bf16 && !mergeFP16(out, smc) {
 			return errCorrupt(status.Corrupt, "group %d: sign+mantissa padding bits after element %d are not zero", gi, hi-1)
 		}
 	}
