@@ -55,6 +55,11 @@ const (
 	slotTensorOrder, slotTensorShard, slotTensorPlanes, slotTensorGroups                                            = 5, 6, 7, 8
 )
 
+// Fewest bytes a valid Shard, Tensor, Plane and Group take beyond its offset
+// in a vector (its table, strings and vectors): the buffer must hold that
+// much for every element of a vector of tables before we allocate for them.
+const minShard, minTensor, minPlane, minGroup = 14, 40, 14, 78
+
 // descriptorIdentifier is the FlatBuffers file identifier of glyd.fb.
 const descriptorIdentifier = fb.CheckpointIdentifier
 
@@ -130,13 +135,13 @@ func decodeChecked(buf []byte, maxVersion int) (*descriptor, error) {
 	if err != nil {
 		return nil, err
 	}
-	n, ok := parseFormatName(d.format)
+	fv, ok := parseFormatName(d.format)
 	if !ok {
 		return nil, fbErr("unknown format %q (want glyd-v1 or glyd-v2)", d.format)
 	}
-	if newest := max(uint64(n), ver); newest > uint64(maxVersion) {
+	if newest := max(uint64(fv), ver); newest > uint64(maxVersion) {
 		name := d.format
-		if ver > uint64(n) {
+		if ver > uint64(fv) {
 			name = fmt.Sprintf("%s (format version %d)", d.format, ver)
 		}
 		if maxVersion == FormatVersion {
@@ -144,23 +149,27 @@ func decodeChecked(buf []byte, maxVersion int) (*descriptor, error) {
 		}
 		return nil, status.Errorf(status.Version, "checkpoint format %s is newer than this reader accepts (%s, its MaxFormatVersion)", name, FormatName(maxVersion))
 	}
-	if uint64(n) != ver {
+	if uint64(fv) != ver {
 		return nil, fbErr("format %q disagrees with format_version %d", d.format, ver)
 	}
-	d.version = n
+	d.version = fv
 	if d.library, _, err = r.str(root, slotCheckpointLibrary); err != nil {
 		return nil, err
 	}
 
-	shards, err := r.tables(root, slotCheckpointShards)
+	start, n, err := r.tableVector(root, slotCheckpointShards, minShard)
 	if err != nil {
 		return nil, err
 	}
-	if len(shards) == 0 {
+	if n == 0 {
 		return nil, fbErr("descriptor lists no shards")
 	}
 	seen := map[string]bool{}
-	for i, st := range shards {
+	for i := uint64(0); i < n; i++ {
+		st, err := r.tableAt(start, i)
+		if err != nil {
+			return nil, err
+		}
 		var s descShard
 		if s.name, ok, err = r.str(st, slotShardName); err != nil {
 			return nil, err
@@ -177,14 +186,17 @@ func decodeChecked(buf []byte, maxVersion int) (*descriptor, error) {
 		d.shards = append(d.shards, s)
 	}
 
-	tensors, err := r.tables(root, slotCheckpointTensors)
-	if err != nil {
+	if start, n, err = r.tableVector(root, slotCheckpointTensors, minTensor); err != nil {
 		return nil, err
 	}
-	d.tensors = make([]descTensor, len(tensors))
-	for i, tt := range tensors {
+	d.tensors = make([]descTensor, n)
+	for i := range d.tensors {
 		t := &d.tensors[i]
-		if err := decodeTensor(r, tt, t, d); err != nil {
+		tt, err := r.tableAt(start, uint64(i))
+		if err == nil {
+			err = decodeTensor(r, tt, t, d)
+		}
+		if err != nil {
 			if t.name != "" {
 				return nil, status.Errorf(status.CodeOf(err), "tensor %q: %v", t.name, err)
 			}
@@ -249,13 +261,20 @@ func decodeTensor(r *fbReader, tt fbTable, t *descTensor, d *descriptor) error {
 		return status.Errorf(status.Overflow, "the product of shape %v overflows", t.shape)
 	}
 
-	planes, err := r.tables(tt, slotTensorPlanes)
+	start, n, err = r.tableVector(tt, slotTensorPlanes, minPlane)
 	if err != nil {
 		return err
 	}
-	t.planes = make([]descPlane, len(planes))
-	for i, pt := range planes {
+	if n > codec.NumPlanes {
+		return fbErr("%d planes, more than %d", n, codec.NumPlanes)
+	}
+	t.planes = make([]descPlane, n)
+	for i := range t.planes {
 		p := &t.planes[i]
+		pt, err := r.tableAt(start, uint64(i))
+		if err != nil {
+			return err
+		}
 		if p.key, ok, err = r.str(pt, slotPlaneKey); err != nil {
 			return err
 		} else if !ok {
@@ -265,13 +284,16 @@ func decodeTensor(r *fbReader, tt fbTable, t *descTensor, d *descriptor) error {
 			return err
 		}
 	}
-	groups, err := r.tables(tt, slotTensorGroups)
-	if err != nil {
+	if start, n, err = r.tableVector(tt, slotTensorGroups, minGroup); err != nil {
 		return err
 	}
-	t.groups = make([]codec.Group, len(groups))
-	for i, gt := range groups {
-		if err := decodeGroup(r, gt, &t.groups[i]); err != nil {
+	t.groups = make([]codec.Group, n)
+	for i := range t.groups {
+		gt, err := r.tableAt(start, uint64(i))
+		if err == nil {
+			err = decodeGroup(r, gt, &t.groups[i])
+		}
+		if err != nil {
 			return fbErr("group %d: %v", i, err)
 		}
 	}

@@ -188,21 +188,24 @@ func (r *fbReader) str(t fbTable, slot int) (s string, ok bool, err error) {
 	return string(r.b[start : start+n]), true, r.charge(1)
 }
 
-// tables returns the tables of the vector of tables in field slot of t.
-func (r *fbReader) tables(t fbTable, slot int) ([]fbTable, error) {
-	start, n, err := r.vector(t, slot, 4)
+// tableVector returns the start and length of the vector of tables in field
+// slot of t, after checking that the buffer has at least minBytes for each
+// element (so that callers may allocate per element).
+func (r *fbReader) tableVector(t fbTable, slot int, minBytes uint64) (start, n uint64, err error) {
+	if start, n, err = r.vector(t, slot, 4); err != nil {
+		return 0, 0, err
+	}
+	if n*minBytes > r.budget {
+		return 0, 0, fbErr("vector of %d tables at %d does not fit in the buffer", n, start)
+	}
+	return start, n, nil
+}
+
+// tableAt returns element i of the vector of tables starting at start.
+func (r *fbReader) tableAt(start, i uint64) (fbTable, error) {
+	target, _, err := r.follow(start + 4*i)
 	if err != nil {
-		return nil, err
+		return fbTable{}, err
 	}
-	out := make([]fbTable, n)
-	for i := range out {
-		target, _, err := r.follow(start + 4*uint64(i))
-		if err != nil {
-			return nil, err
-		}
-		if out[i], err = r.table(target); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return r.table(target)
 }

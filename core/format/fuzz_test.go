@@ -36,7 +36,7 @@ func FuzzSafetensorsHeader(f *testing.F) {
 		runtime.ReadMemStats(&before)
 		st, err := parseSafetensors("fuzz.safetensors", data)
 		runtime.ReadMemStats(&after)
-		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64*uint64(len(data))+1<<20 {
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16*uint64(len(data))+64<<10 {
 			t.Fatalf("parsing %d bytes allocated %d bytes", len(data), alloc)
 		}
 		if err != nil {
@@ -75,7 +75,13 @@ func FuzzDescriptor(f *testing.F) {
 	}
 	f.Add(seed)
 	f.Fuzz(func(t *testing.T, data []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		d, err := decodeDescriptorNoRecover("fuzz.fb", data, FormatVersion)
+		runtime.ReadMemStats(&after)
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16*uint64(len(data))+64<<10 {
+			t.Fatalf("decoding %d bytes allocated %d bytes", len(data), alloc)
+		}
 		if err != nil {
 			return
 		}

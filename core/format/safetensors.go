@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/glyd/glyd/core/status"
@@ -53,18 +54,33 @@ func parseSafetensors(name string, file []byte) (*stFile, error) {
 	if !utf8.Valid(header) {
 		return nil, status.Errorf(status.Header, "invalid input: %s: header is not valid UTF-8", name)
 	}
-	err := forEachMember(header, func(key string, val json.RawMessage) error {
+	if !json.Valid(header) {
+		return nil, status.Errorf(status.Header, "invalid input: %s: header is not valid JSON", name)
+	}
+	sc := &scanner{b: header}
+	seen := map[string]bool{}
+	if sc.peek() != '{' {
+		return nil, status.Errorf(status.Header, "invalid input: %s: header is not a JSON object", name)
+	}
+	err := sc.object("header", func(key string) error {
+		if seen[key] {
+			return status.Errorf(status.Header, "key %q appears twice", key)
+		}
+		seen[key] = true
 		if key == metadataKey {
-			return forEachMember(val, func(k string, v json.RawMessage) error {
-				var s string
-				if len(v) == 0 || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+			return sc.object(metadataKey, func(k string) error {
+				if _, dup := st.metadata[k]; dup {
+					return status.Errorf(status.Header, "__metadata__ key %q appears twice", k)
+				}
+				v, ok := sc.str()
+				if !ok {
 					return status.Errorf(status.Header, "__metadata__ value of %q is not a string", k)
 				}
-				st.metadata[k] = s
+				st.metadata[k] = v
 				return nil
 			})
 		}
-		t, err := parseEntry(key, val)
+		t, err := sc.entry(key)
 		if err != nil {
 			return err
 		}
@@ -80,44 +96,150 @@ func parseSafetensors(name string, file []byte) (*stFile, error) {
 	return st, nil
 }
 
-// parseEntry decodes and checks one tensor entry of a header.
-func parseEntry(key string, val json.RawMessage) (stTensor, error) {
+// scanner walks a header that json.Valid accepted, so it only has to check
+// that values have the types a safetensors header needs; it allocates only
+// the strings and numbers it returns.
+type scanner struct {
+	b []byte
+	i int
+}
+
+// peek skips whitespace and returns the next byte (0 at the end).
+func (s *scanner) peek() byte {
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case ' ', '\t', '\r', '\n':
+			s.i++
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+// object reads a JSON object, the value of key, calling member with each of
+// its keys; member must read the key's value.
+func (s *scanner) object(key string, member func(key string) error) error {
+	if s.peek() != '{' {
+		return status.Errorf(status.Header, "the value of %q is not a JSON object", key)
+	}
+	s.i++
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	for {
+		key, _ := s.str() // valid JSON: a key is a string
+		s.peek()
+		s.i++ // ':'
+		if err := member(key); err != nil {
+			return err
+		}
+		c := s.peek()
+		s.i++ // ',' or '}'
+		if c == '}' {
+			return nil
+		}
+	}
+}
+
+// str reads a string; ok is false (and nothing is read) if the next value
+// is not a string.
+func (s *scanner) str() (string, bool) {
+	if s.peek() != '"' {
+		return "", false
+	}
+	start, escaped := s.i, false
+	for s.i++; s.b[s.i] != '"'; s.i++ {
+		if s.b[s.i] == '\\' {
+			s.i++
+			escaped = true
+		}
+	}
+	s.i++
+	if !escaped {
+		return string(s.b[start+1 : s.i-1]), true
+	}
+	var out string
+	_ = json.Unmarshal(s.b[start:s.i], &out) // a valid JSON string
+	return out, true
+}
+
+// numbers reads an array of at most limit numbers and returns their text.
+func (s *scanner) numbers(key, field string, limit int, out []string) ([]string, error) {
+	if s.peek() != '[' {
+		return nil, status.Errorf(status.Header, "tensor %q: %s is not an array", key, field)
+	}
+	s.i++
+	if s.peek() == ']' {
+		s.i++
+		return out, nil
+	}
+	for {
+		c := s.peek()
+		if c != '-' && (c < '0' || c > '9') {
+			return nil, status.Errorf(status.Header, "tensor %q: %s is not an array of numbers", key, field)
+		}
+		if len(out) == limit {
+			return nil, status.Errorf(status.Header, "tensor %q: %s has more than %d entries", key, field, limit)
+		}
+		start := s.i
+		for s.i < len(s.b) && strings.IndexByte("+-.eE0123456789", s.b[s.i]) >= 0 {
+			s.i++
+		}
+		out = append(out, string(s.b[start:s.i]))
+		c = s.peek()
+		s.i++ // ',' or ']'
+		if c == ']' {
+			return out, nil
+		}
+	}
+}
+
+// entry reads one tensor entry of a header and checks it.
+func (s *scanner) entry(key string) (stTensor, error) {
 	t := stTensor{key: key}
-	var dtype, shape, offsets json.RawMessage
-	err := forEachMember(val, func(k string, v json.RawMessage) error {
+	var dtype string
+	var shape, offsets []string
+	var have [3]bool
+	var buf [MaxDims + 2]string
+	err := s.object(key, func(k string) error {
+		var i int
+		var err error
 		switch k {
 		case "dtype":
-			dtype = v
+			var ok bool
+			if dtype, ok = s.str(); !ok {
+				err = status.Errorf(status.Header, "tensor %q: dtype is not a string", key)
+			}
 		case "shape":
-			shape = v
+			i = 1
+			shape, err = s.numbers(key, k, MaxDims, buf[:0:MaxDims])
 		case "data_offsets":
-			offsets = v
+			i = 2
+			offsets, err = s.numbers(key, k, 2, buf[MaxDims:MaxDims])
 		default:
 			return status.Errorf(status.Header, "tensor %q: unknown field %q", key, k)
 		}
-		return nil
+		if have[i] {
+			return status.Errorf(status.Header, "tensor %q: field %q appears twice", key, k)
+		}
+		have[i] = true
+		return err
 	})
 	if err != nil {
 		return t, err
 	}
-	if dtype == nil || shape == nil || offsets == nil {
+	if have != [3]bool{true, true, true} {
 		return t, status.Errorf(status.Header, "tensor %q: entry needs dtype, shape and data_offsets", key)
 	}
-	var ds string
-	if dtype[0] != '"' || json.Unmarshal(dtype, &ds) != nil {
-		return t, status.Errorf(status.Header, "tensor %q: dtype is not a string", key)
-	}
 	var ok bool
-	if t.dtype, ok = dtypeByName(ds); !ok {
-		return t, status.Errorf(status.DType, "tensor %q: dtype %q is not one Glyd stores", key, ds)
+	if t.dtype, ok = dtypeByName(dtype); !ok {
+		return t, status.Errorf(status.DType, "tensor %q: dtype %q is not one Glyd stores", key, dtype)
 	}
-	dims, err := parseNumbers(key, "shape", shape, MaxDims)
-	if err != nil {
-		return t, err
-	}
-	t.shape = make([]int64, len(dims))
-	for i, d := range dims {
-		v, err := strconv.ParseInt(d.String(), 10, 64)
+	t.shape = make([]int64, len(shape))
+	for i, d := range shape {
+		v, err := strconv.ParseInt(d, 10, 64)
 		if err != nil {
 			return t, numberErr(key, "shape", d, err)
 		}
@@ -126,16 +248,13 @@ func parseEntry(key string, val json.RawMessage) (stTensor, error) {
 		}
 		t.shape[i] = v
 	}
-	offs, err := parseNumbers(key, "data_offsets", offsets, 2)
-	if err != nil {
-		return t, err
-	}
-	if len(offs) != 2 {
-		return t, status.Errorf(status.Header, "tensor %q: data_offsets has %d entries, want 2", key, len(offs))
+	if len(offsets) != 2 {
+		return t, status.Errorf(status.Header, "tensor %q: data_offsets has %d entries, want 2", key, len(offsets))
 	}
 	var be [2]uint64
-	for i, o := range offs {
-		if be[i], err = strconv.ParseUint(o.String(), 10, 64); err != nil {
+	for i, o := range offsets {
+		var err error
+		if be[i], err = strconv.ParseUint(o, 10, 64); err != nil {
 			return t, numberErr(key, "data_offsets", o, err)
 		}
 	}
@@ -157,25 +276,8 @@ func parseEntry(key string, val json.RawMessage) (stTensor, error) {
 	return t, nil
 }
 
-// parseNumbers decodes a JSON array of at most limit numbers.
-func parseNumbers(key, field string, v json.RawMessage, limit int) ([]json.Number, error) {
-	var out []json.Number
-	if v[0] != '[' {
-		return nil, status.Errorf(status.Header, "tensor %q: %s is not an array", key, field)
-	}
-	if bytes.Count(v, []byte{','}) >= limit {
-		return nil, status.Errorf(status.Header, "tensor %q: %s has more than %d entries", key, field, limit)
-	}
-	dec := json.NewDecoder(bytes.NewReader(v))
-	dec.UseNumber()
-	if err := dec.Decode(&out); err != nil {
-		return nil, status.Errorf(status.Header, "tensor %q: %s is not an array of numbers", key, field)
-	}
-	return out, nil
-}
-
-func numberErr(key, field string, n json.Number, err error) error {
-	if errors.Is(err, strconv.ErrRange) && len(n) > 0 && n[0] != '-' {
+func numberErr(key, field, n string, err error) error {
+	if errors.Is(err, strconv.ErrRange) && n[0] != '-' {
 		return status.Errorf(status.Overflow, "tensor %q: %s entry %s overflows", key, field, n)
 	}
 	return status.Errorf(status.Header, "tensor %q: %s entry %s is not a non-negative integer", key, field, n)
@@ -202,46 +304,6 @@ func checkRanges(tensors []stTensor, dataLen uint64) error {
 	}
 	if pos < dataLen {
 		return status.Errorf(status.RangeGap, "%d trailing bytes after the last tensor belong to no tensor", dataLen-pos)
-	}
-	return nil
-}
-
-// forEachMember calls fn for each member of the JSON object data, in order,
-// and fails on anything that is not exactly one object (whitespace around it
-// is allowed) or on a key seen twice.
-func forEachMember(data []byte, fn func(key string, val json.RawMessage) error) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return status.Errorf(status.Header, "not a JSON object")
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return status.Errorf(status.Header, "malformed JSON: %v", err)
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return status.Errorf(status.Header, "malformed JSON object key")
-		}
-		if seen[key] {
-			return status.Errorf(status.Header, "key %q appears twice", key)
-		}
-		seen[key] = true
-		var val json.RawMessage
-		if err := dec.Decode(&val); err != nil {
-			return status.Errorf(status.Header, "malformed JSON value of %q: %v", key, err)
-		}
-		if err := fn(key, val); err != nil {
-			return err
-		}
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return status.Errorf(status.Header, "malformed JSON object")
-	}
-	if rest := data[dec.InputOffset():]; len(bytes.TrimLeft(rest, " \t\r\n")) != 0 {
-		return status.Errorf(status.Header, "%d bytes of garbage after the JSON object", len(rest))
 	}
 	return nil
 }
