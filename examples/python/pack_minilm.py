@@ -60,7 +60,7 @@ def main() -> int:
                 infos = [r.info(n) for n in r.names()]
             packed = [i for i in infos if i.layout != "raw"]
             bits = 8 * sum(i.packed_bytes for i in packed) / max(1, sum(i.original_bytes // 2 for i in packed))
-            loaded = glyd.from_pretrained(out_dir, verify=True, device_map=device).eval()
+            loaded = glyd.from_pretrained(out_dir, verify=True, device_map=device if device == "cuda" else None).eval()
             with torch.no_grad():
                 out = loaded(**batch.to(device)).last_hidden_state.float().cpu()
             same = torch.equal(out, reference)

@@ -191,7 +191,7 @@ class Reader:
             ptr, n = ctypes.c_void_p(), ctypes.c_size_t()
             _lib.check(lib.glyd_reader_plane(self._handle(), i, p, ctypes.byref(ptr), ctypes.byref(n)))
             buf = (ctypes.c_uint8 * n.value).from_address(ptr.value) if n.value else bytearray()
-            planes[pname] = torch.frombuffer(buf, dtype=torch.uint8) if n.value else torch.empty(0, dtype=torch.uint8)
+            planes[pname] = torch.frombuffer(buf, dtype=torch.uint8) if n.value else torch.empty(0, dtype=torch.uint8, device="cpu")
         groups = [self.group(name, g) for g in range(info.num_groups)]
         p = PackedTensor.from_planes(info.layout, info.dtype, info.shape, groups, planes, info.checksum)
         p._keepalive = (p._keepalive, self)  # the memory map lives as long as the reader
