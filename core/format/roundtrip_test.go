@@ -382,3 +382,34 @@ func TestDescriptorSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestShardPerTensor: a tensor larger than MaxShardSize gets a shard of its
+// own, and the planes of a packed tensor are never split.
+func TestShardPerTensor(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	fx := writeFixture(t, dir, 1, true)
+	if got, want := len(shardFiles(t, dir)), len(fx.packed)+len(fx.raw); got != want {
+		t.Errorf("%d shards, want one per tensor (%d)", got, want)
+	}
+	r, err := Open(dir, ReaderOptions{})
+	must(t, err)
+	defer r.Close()
+	checkFixture(t, r, fx)
+}
+
+// TestSymlinkedShards: shards may be symbolic links to files elsewhere, as
+// in the Hugging Face cache (snapshots/<rev>/x -> ../../blobs/<sha>).
+func TestSymlinkedShards(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	fx := writeFixture(t, dir, 8000, true)
+	blobs := t.TempDir()
+	for i, shard := range shardFiles(t, dir) {
+		blob := filepath.Join(blobs, fmt.Sprint("blob", i))
+		must(t, os.Rename(shard, blob))
+		must(t, os.Symlink(blob, shard))
+	}
+	r, err := Open(dir, ReaderOptions{})
+	must(t, err)
+	defer r.Close()
+	checkFixture(t, r, fx)
+}
