@@ -210,8 +210,8 @@ func (r *Reader) open(maxVersion int) error {
 			ct := &codec.Tensor{Layout: t.layout, DType: codec.DType(t.dtype.code), Shape: t.shape, Groups: t.groups, Checksum: t.checksum}
 			for p := range ct.Planes {
 				ct.Planes[p] = bytesOf(t.planes[p].key)
-				e.info.PackedBytes += uint64(len(ct.Planes[p]))
 			}
+			e.info.PackedBytes = ct.PackedBytes()
 			for _, g := range t.groups {
 				e.info.Escapes += g.Escapes
 			}

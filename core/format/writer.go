@@ -223,40 +223,35 @@ func (w *Writer) AddPacked(name string, t *codec.Tensor) error {
 		return err
 	}
 	if t == nil {
-		return status.Errorf(status.InvalidArgument, "tensor %q: nil packed tensor", name)
+		return status.Errorf(status.InvalidArgument, "%s: tensor %q: nil packed tensor", w.dir, name)
 	}
 	if t.Layout != codec.Fixed12 && t.Layout != codec.Smallest {
-		return status.Errorf(status.InvalidArgument, "tensor %q: layout %v is not a packed layout", name, t.Layout)
+		return status.Errorf(status.InvalidArgument, "%s: tensor %q: layout %v is not a packed layout", w.dir, name, t.Layout)
 	}
 	dt, ok := packedDType(t.DType)
 	if !ok {
-		return status.Errorf(status.DType, "tensor %q: packed dtype %v is not bf16 or fp16", name, t.DType)
+		return status.Errorf(status.DType, "%s: tensor %q: packed dtype %v is not bf16 or fp16", w.dir, name, t.DType)
 	}
 	if len(t.Shape) > MaxDims {
-		return status.Errorf(status.InvalidArgument, "tensor %q: %d dimensions, more than %d", name, len(t.Shape), MaxDims)
+		return status.Errorf(status.InvalidArgument, "%s: tensor %q: %d dimensions, more than %d", w.dir, name, len(t.Shape), MaxDims)
 	}
 	if err := t.Validate(); err != nil {
-		return status.Wrap(err, "tensor %q", name)
+		return status.Wrap(err, "%s: tensor %q", w.dir, name)
 	}
 	elements, ok := numElements(t.Shape)
 	if !ok {
-		return status.Errorf(status.Overflow, "tensor %q: the product of shape %v overflows", name, t.Shape)
+		return status.Errorf(status.Overflow, "%s: tensor %q: the product of shape %v overflows", w.dir, name, t.Shape)
 	}
-	var size uint64
-	for _, p := range t.Planes {
-		size += uint64(len(p))
-	}
-	if err := w.reserve(size); err != nil {
+	if err := w.reserve(t.PackedBytes()); err != nil {
 		return err
 	}
-	dt8 := dtypeU8
 	e := descTensor{
 		name: name, layout: t.Layout, dtype: dt, shape: append([]int64{}, t.Shape...), elements: elements,
 		checksum: t.Checksum, shard: uint32(w.cur.index), groups: append([]codec.Group{}, t.Groups...),
 	}
 	for p, data := range t.Planes {
 		key := PlaneKey(name, codec.Plane(p))
-		if err := w.append(key, dt8, []int64{int64(len(data))}, data); err != nil {
+		if err := w.append(key, dtypeU8, []int64{int64(len(data))}, data); err != nil {
 			return err
 		}
 		e.planes = append(e.planes, descPlane{key: key, length: uint64(len(data))})
@@ -282,23 +277,23 @@ func (w *Writer) AddRaw(name, dtype string, shape []int64, data []byte) error {
 	}
 	dt, ok := dtypeByName(dtype)
 	if !ok {
-		return status.Errorf(status.DType, "tensor %q: dtype %q is not a safetensors dtype Glyd stores", name, dtype)
+		return status.Errorf(status.DType, "%s: tensor %q: dtype %q is not a safetensors dtype Glyd stores", w.dir, name, dtype)
 	}
 	if len(shape) > MaxDims {
-		return status.Errorf(status.InvalidArgument, "tensor %q: %d dimensions, more than %d", name, len(shape), MaxDims)
+		return status.Errorf(status.InvalidArgument, "%s: tensor %q: %d dimensions, more than %d", w.dir, name, len(shape), MaxDims)
 	}
 	for _, d := range shape {
 		if d < 0 {
-			return status.Errorf(status.InvalidArgument, "tensor %q: negative dimension in shape %v", name, shape)
+			return status.Errorf(status.InvalidArgument, "%s: tensor %q: negative dimension in shape %v", w.dir, name, shape)
 		}
 	}
 	n, ok := numElements(shape)
 	size, ok2 := byteSize(n, dt.size)
 	if !ok || !ok2 {
-		return status.Errorf(status.Overflow, "tensor %q: %s %v overflows a byte count", name, dtype, shape)
+		return status.Errorf(status.Overflow, "%s: tensor %q: %s %v overflows a byte count", w.dir, name, dtype, shape)
 	}
 	if size != uint64(len(data)) {
-		return status.Errorf(status.SizeMismatch, "tensor %q: %s %v is %d bytes, the data is %d", name, dtype, shape, size, len(data))
+		return status.Errorf(status.SizeMismatch, "%s: tensor %q: %s %v is %d bytes, the data is %d", w.dir, name, dtype, shape, size, len(data))
 	}
 	if err := w.reserve(size); err != nil {
 		return err
