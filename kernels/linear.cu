@@ -19,7 +19,8 @@
  *   (blockIdx.y) and TB = 8*NT tokens (blockIdx.x; tokens vary fastest so the
  *   blocks that share a weight tile run together and hit L2 in prefill).
  *   Warp (wn, wk) owns 16*MT rows and every WK-th 64-wide k-block; it keeps
- *   U k-blocks of weights in flight per lane (U*MT*2*24 bytes).
+ *   2*U k-blocks of weights in flight per lane (MT*2*24 bytes each: a software
+ *   pipeline loads the next U while the current U are decoded and multiplied).
  *   mma.sync.m16n8k16 with the WEIGHTS as operand A (16 rows) and the tokens as
  *   operand B (8 columns): at 1..8 tokens only the token dimension is padded.
  *   K order inside a 64-block is permuted (the dot product does not care, as
@@ -28,8 +29,13 @@
  *   decoded into the pairs (0,4) (2,6) (1,5) (3,7) (8,12) (10,14) (9,13) (11,15)
  *   which feed the 4 mma k-steps; the activations are permuted the same way with
  *   one prmt per register.
- *   Dynamic shared memory = max((WK/2)*ROWS*TB, TB*(ROWS+1)) * 4 bytes: the
- *   split-K tree reduction, then the [TB][ROWS+1] output tile.
+ *   Dynamic shared memory = (align4(ROWS+1) + max((WK/2)*ROWS*TB, TB*(ROWS+1))) * 4
+ *   bytes: the escape ranges of the block's rows, the tree reduction of the
+ *   WK warps, then the [TB][ROWS+1] output tile.
+ *   Split-K over blocks (p.splits > 1, gridDim.z = splits): each block sums
+ *   its share of the k-blocks and writes fp32 partials to p.ws [splits][R][N];
+ *   glyd_lin_reduce (same stream, next launch) adds them in split order and
+ *   finishes. Used when N/ROWS blocks alone would leave SMs idle.
  *   Epilogue per output: escape corrections of its weight row (the fast decode
  *   gives code 15 the exponent base+15, or 0 in _safe; the epilogue adds
  *   x*(w_true - w_decoded) in list order), bias, round to bf16, store.
@@ -81,28 +87,34 @@ __device__ __forceinline__ void decode16(const uint4 s, const uint2 c, const uin
 }
 
 // Epilogue shared by the kernels: v = the fp32 sum of output (m, n) with the
-// escapes of row n taken as decoded with exponent ebase; returns the bf16 bits.
-__device__ __forceinline__ uint16_t finish(const glyd_kparams &p, int64_t m, int64_t n, float v, uint32_t ebase) {
+// escapes of row n taken as decoded with exponent p.ebase; e0/e1 = the row's
+// range in the escape list. Returns the bf16 bits.
+__device__ __forceinline__ uint16_t finish(const glyd_kparams &p, int64_t m, int64_t n, float v, uint32_t e0,
+                                           uint32_t e1) {
 	const uint16_t *x = (const uint16_t *)p.x;
-	if (p.escrows) {
-		const uint32_t *rows = (const uint32_t *)p.escrows;
-		const uint64_t *escidx = (const uint64_t *)p.escidx;
-		const uint8_t *escexp = (const uint8_t *)p.escexp;
-		const uint8_t *sm = (const uint8_t *)p.sm;
-		const uint32_t e1 = rows[n + 1];
-		const uint64_t rowbase = (uint64_t)n * (uint64_t)p.K;
-		for (uint32_t e = rows[n]; e < e1; e++) {
-			const uint64_t i = escidx[e];
-			const uint32_t b = sm[i];
-			const float xv = bf16_to_f32(x[m * p.K + (int64_t)(i - rowbase)]);
-			const float wt = bf16_to_f32(bf16_bits(b, escexp[e]));
-			const float wd = bf16_to_f32(bf16_bits(b, ebase));
-			v = fmaf(xv, wt, fmaf(-xv, wd, v));
-		}
+	const uint2 *rec = (const uint2 *)p.escrecs;
+	for (uint32_t e = e0; e < e1; e++) {
+		const uint2 r = rec[e];
+		const float xv = bf16_to_f32(x[m * p.K + r.x]);
+		const float wt = bf16_to_f32(r.y);
+		const float wd = bf16_to_f32((r.y & 0x807fu) | (p.ebase << 7));
+		v = fmaf(xv, wt, fmaf(-xv, wd, v));
 	}
 	if (p.bias) v += bf16_to_f32(((const uint16_t *)p.bias)[n]);
 	return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
+
+__device__ __forceinline__ uint32_t ld_u32(const void *p) {
+	uint32_t v;
+	asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+	return v;
+}
+
+template <int MT, int U>
+struct WBatch {
+	uint4 s[U][MT][2];
+	uint2 c[U][MT][2];
+};
 
 template <int MT, int NT, int WN, int WK, int U, bool SAFE>
 __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
@@ -114,10 +126,14 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 	const int64_t n0 = (int64_t)blockIdx.y * ROWS;
 	const int64_t m0 = (int64_t)blockIdx.x * TB;
 	const int64_t KB = (K + 63) >> 6;
+	// This block's k-blocks: [kb_lo, kb_hi) of split blockIdx.z.
+	const int64_t kb_lo = KB * blockIdx.z / p.splits, kb_hi = KB * (blockIdx.z + 1) / p.splits;
 	const uint8_t *sm = (const uint8_t *)p.sm;
 	const uint8_t *code = (const uint8_t *)p.code;
 	const uint16_t *x = (const uint16_t *)p.x;
 	const uint32_t B4 = p.base * 0x01010101u;
+	uint32_t *srows = (uint32_t *)(smem + 0); // escape ranges of the block's rows, [ROWS+1]
+	float *red = smem + ((ROWS + 1 + 3) & ~3);
 
 	const uint8_t *smr[MT][2];
 	const uint8_t *cdr[MT][2];
@@ -147,37 +163,40 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 #pragma unroll
 			for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
 
-	for (int64_t kb0 = wk; kb0 < KB; kb0 += (int64_t)WK * U) {
-		uint4 ws[U][MT][2];
-		uint2 wc[U][MT][2];
+	auto load = [&](WBatch<MT, U> &b, int64_t kbase) {
 #pragma unroll
 		for (int u = 0; u < U; u++) {
-			const int64_t k = (kb0 + (int64_t)u * WK) * 64 + 16 * t;
+			const int64_t kb = kbase + (int64_t)u * WK;
+			const int64_t k = kb * 64 + 16 * t;
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++)
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
-					if (k < K) {
-						ws[u][mt][h] = ld_stream16(smr[mt][h] + k);
-						wc[u][mt][h] = ld_stream8(cdr[mt][h] + k / 2);
+					if (kb < kb_hi && k < K) {
+						b.s[u][mt][h] = ld_stream16(smr[mt][h] + k);
+						b.c[u][mt][h] = ld_stream8(cdr[mt][h] + k / 2);
 					} else {
-						ws[u][mt][h] = make_uint4(0, 0, 0, 0);
-						wc[u][mt][h] = make_uint2(0, 0);
+						b.s[u][mt][h] = make_uint4(0, 0, 0, 0);
+						b.c[u][mt][h] = make_uint2(0, 0);
 					}
 				}
 		}
+	};
+	auto compute = [&](const WBatch<MT, U> &b, int64_t kbase) {
 #pragma unroll
 		for (int u = 0; u < U; u++) {
-			const int64_t k = (kb0 + (int64_t)u * WK) * 64 + 16 * t;
+			const int64_t kb = kbase + (int64_t)u * WK;
+			const int64_t k = kb * 64 + 16 * t;
+			const bool ok = kb < kb_hi && k < K;
 			uint32_t A[MT][2][8];
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-				for (int h = 0; h < 2; h++) decode16<SAFE>(ws[u][mt][h], wc[u][mt][h], B4, A[mt][h]);
+				for (int h = 0; h < 2; h++) decode16<SAFE>(b.s[u][mt][h], b.c[u][mt][h], B4, A[mt][h]);
 #pragma unroll
 			for (int nt = 0; nt < NT; nt++) {
 				uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
-				if (k < K && xok[nt]) {
+				if (ok && xok[nt]) {
 					xa = ld_act16(xr[nt] + k);
 					xb = ld_act16(xr[nt] + k + 8);
 				}
@@ -198,6 +217,26 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 						         A[mt][1][2 * s + 1], XB[2 * s], XB[2 * s + 1]);
 			}
 		}
+	};
+
+	// Software pipeline: the next batch of weights is in flight while the
+	// current one is decoded and multiplied.
+	constexpr int64_t STEP = (int64_t)WK * U;
+	int64_t kbase = kb_lo + wk;
+	WBatch<MT, U> cur, nxt;
+	load(cur, kbase);
+	// Escape ranges of the block's rows, fetched behind the first weights.
+	const bool split = p.splits > 1;
+	if (!split && p.escrows) {
+		for (int i = threadIdx.x; i <= ROWS; i += blockDim.x) {
+			const int64_t r = n0 + i < N ? n0 + i : N;
+			srows[i] = ld_u32((const uint32_t *)p.escrows + r);
+		}
+	}
+	for (; kbase < kb_hi; kbase += STEP) {
+		if (kbase + STEP < kb_hi) load(nxt, kbase + STEP);
+		compute(cur, kbase);
+		cur = nxt;
 	}
 
 	// Split-K reduction across the WK warps of a row slice: a tree in a fixed
@@ -206,7 +245,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 #pragma unroll
 		for (int hh = WK / 2; hh >= 1; hh >>= 1) {
 			if (wk >= hh && wk < 2 * hh) {
-				float *b = smem + (size_t)((wk - hh) * WN + wn) * FR * 32;
+				float *b = red + (size_t)((wk - hh) * WN + wn) * FR * 32;
 #pragma unroll
 				for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -216,7 +255,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 			}
 			__syncthreads();
 			if (wk < hh) {
-				const float *b = smem + (size_t)(wk * WN + wn) * FR * 32;
+				const float *b = red + (size_t)(wk * WN + wn) * FR * 32;
 #pragma unroll
 				for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -228,7 +267,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 		}
 	}
 	constexpr int LD = ROWS + 1;
-	float *tile = smem; // [TB][ROWS+1]
+	float *tile = red; // [TB][ROWS+1]
 	if (wk == 0) {
 #pragma unroll
 		for (int mt = 0; mt < MT; mt++)
@@ -242,14 +281,41 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 				}
 	}
 	__syncthreads();
+	if (split) {
+		// Partial sums of this split; glyd_lin_reduce finishes them.
+		float *ws = (float *)p.ws + (size_t)blockIdx.z * (size_t)R * (size_t)N;
+		for (int idx = threadIdx.x; idx < ROWS * TB; idx += blockDim.x) {
+			const int row = idx % ROWS, tok = idx / ROWS;
+			const int64_t n = n0 + row, m = m0 + tok;
+			if (n < N && m < R) ws[m * N + n] = tile[tok * LD + row];
+		}
+		return;
+	}
 	uint16_t *y = (uint16_t *)p.y;
-	const uint32_t ebase = SAFE ? 0u : (p.base + 15u);
 	for (int idx = threadIdx.x; idx < ROWS * TB; idx += blockDim.x) {
 		const int row = idx % ROWS, tok = idx / ROWS;
 		const int64_t n = n0 + row, m = m0 + tok;
 		if (n >= N || m >= R) continue;
-		y[m * N + n] = finish(p, m, n, tile[tok * LD + row], ebase);
+		const uint32_t e0 = p.escrows ? srows[row] : 0u, e1 = p.escrows ? srows[row + 1] : 0u;
+		y[m * N + n] = finish(p, m, n, tile[tok * LD + row], e0, e1);
 	}
+}
+
+// Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]).
+extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce(const glyd_kparams p) {
+	const int64_t total = p.rows * p.N;
+	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= total) return;
+	const int64_t m = i / p.N, n = i % p.N;
+	const float *ws = (const float *)p.ws;
+	float v = 0.f;
+	for (uint32_t z = 0; z < p.splits; z++) v += ws[(size_t)z * (size_t)total + i];
+	uint32_t e0 = 0, e1 = 0;
+	if (p.escrows) {
+		e0 = ((const uint32_t *)p.escrows)[n];
+		e1 = ((const uint32_t *)p.escrows)[n + 1];
+	}
+	((uint16_t *)p.y)[i] = finish(p, m, n, v, e0, e1);
 }
 
 #define GLYD_LIN(MT, NT, WN, WK, U)                                                                   \
@@ -266,14 +332,14 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 
 // The configurations the host may pick (core/gpu/linear.go holds the table and
 // the reason for each). Names are looked up at module load.
-GLYD_LIN(1, 1, 1, 8, 4)
 GLYD_LIN(1, 1, 1, 8, 2)
-GLYD_LIN(1, 2, 1, 8, 4)
-GLYD_LIN(1, 4, 1, 8, 2)
-GLYD_LIN(1, 8, 1, 8, 2)
-GLYD_LIN(2, 8, 1, 8, 2)
-GLYD_LIN(1, 16, 1, 8, 2)
-GLYD_LIN(2, 8, 4, 1, 1)
+GLYD_LIN(1, 1, 1, 8, 1)
+GLYD_LIN(1, 2, 1, 8, 2)
+GLYD_LIN(1, 4, 2, 4, 1)
+GLYD_LIN(1, 8, 4, 2, 1)
+GLYD_LIN(1, 8, 8, 1, 1)
+GLYD_LIN(1, 16, 8, 1, 1)
+GLYD_LIN(2, 8, 8, 1, 1)
 GLYD_LIN(2, 16, 4, 1, 1)
 
 extern "C" __global__ void __launch_bounds__(128) glyd_lin_f12_generic(const glyd_kparams p) {
@@ -303,5 +369,12 @@ extern "C" __global__ void __launch_bounds__(128) glyd_lin_f12_generic(const gly
 	uint16_t *y = (uint16_t *)p.y;
 #pragma unroll
 	for (int j = 0; j < 8; j++)
-		if (lane == j && m0 + j < p.rows) y[(m0 + j) * p.N + n] = finish(p, m0 + j, n, acc[j], 0u);
+		if (lane == j && m0 + j < p.rows) {
+			uint32_t e0 = 0, e1 = 0;
+			if (p.escrows) {
+				e0 = ((const uint32_t *)p.escrows)[n];
+				e1 = ((const uint32_t *)p.escrows)[n + 1];
+			}
+			y[(m0 + j) * p.N + n] = finish(p, m0 + j, n, acc[j], e0, e1);
+		}
 }

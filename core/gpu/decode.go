@@ -84,18 +84,18 @@ func Decode(dev int, stream uintptr, t *DeviceTensor, g int, dst uintptr) error 
 		switch t.Layout {
 		case codec.Fixed12:
 			if uint64(p.sm)%16 == 0 && uint64(p.code)%16 == 0 && uint64(p.dst)%16 == 0 && n >= 32 {
-				err = launch(dev, kDecodeF12Vec, gridFor(n/32, 256, sms*8), 1, 256, 0, stream, &p)
+				err = launch(dev, kDecodeF12Vec, gridFor(n/32, 256*4, sms*8), 1, 1, 256, 0, stream, &p)
 			} else {
-				err = launch(dev, kDecodeF12Scalar, gridFor(n, 256, sms*16), 1, 256, 0, stream, &p)
+				err = launch(dev, kDecodeF12Scalar, gridFor(n, 256, sms*16), 1, 1, 256, 0, stream, &p)
 			}
 		case codec.Smallest:
-			err = launch(dev, kDecodeSmall, gridFor(n, 4096, sms*16), 1, 256, 0, stream, &p)
+			err = launch(dev, kDecodeSmall, gridFor(n, 4096, sms*16), 1, 1, 256, 0, stream, &p)
 		}
 		if err != nil {
 			return err
 		}
 		if t.Groups[i].Escapes > 0 {
-			if err = launch(dev, kEscapeScatter, gridFor(t.Groups[i].Escapes, 256, sms*8), 1, 256, 0, stream, &p); err != nil {
+			if err = launch(dev, kEscapeScatter, gridFor(t.Groups[i].Escapes, 256, sms*8), 1, 1, 256, 0, stream, &p); err != nil {
 				return err
 			}
 		}
@@ -120,8 +120,13 @@ func matrixDims(t *DeviceTensor) (int64, int64, error) {
 	return n, k, nil
 }
 
-// EscapeIndexBytes is the size of the escape row index of t: 4*(rows+1)
-// bytes, rows = product of all but the last dimension (0 if t needs none).
+// escRowsBytes is the size of the row part of the escape index (8-aligned).
+func escRowsBytes(rows int64) uint64 { return (4*uint64(rows+1) + 7) &^ 7 }
+
+// EscapeIndexBytes is the size of the escape index of t: for the matrix
+// [rows = product of all but the last dimension, K], 4*(rows+1) bytes of
+// per-row ranges (rounded up to 8) followed by 8 bytes per escape (its column
+// and true bf16 value). 0 if t has no escapes.
 func EscapeIndexBytes(t *DeviceTensor) (uint64, error) {
 	if err := t.validate(); err != nil {
 		return 0, err
@@ -133,33 +138,35 @@ func EscapeIndexBytes(t *DeviceTensor) (uint64, error) {
 	if t.Groups[0].Escapes == 0 {
 		return 0, nil
 	}
-	return 4 * uint64(n+1), nil
+	return escRowsBytes(n) + 8*t.Groups[0].Escapes, nil
 }
 
-// BuildEscapeIndex writes the escape row index of t to dst (EscapeIndexBytes
-// bytes) on the caller's stream: for each weight row r, the position of its
-// first escape in the escape list. Run it once after placing the tensor on
-// the GPU, then set t.EscRows = dst.
+// BuildEscapeIndex writes the escape index of t to dst (EscapeIndexBytes
+// bytes, 8-byte aligned) on the caller's stream. Run it once after placing the
+// tensor on the GPU, then set t.EscRows = dst; Linear needs it.
 func BuildEscapeIndex(dev int, stream uintptr, t *DeviceTensor, dst uintptr) error {
 	need, err := EscapeIndexBytes(t)
 	if err != nil || need == 0 {
 		return err
 	}
-	if dst == 0 {
-		return status.Errorf(status.InvalidArgument, "gpu: nil destination")
+	if dst == 0 || dst%8 != 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: escape index destination must be 8-byte aligned and not nil")
 	}
-	if t.Groups[0].Escapes >= 1<<32 {
-		return status.Errorf(status.Unsupported, "gpu: %d escapes: the row index holds 32-bit positions", t.Groups[0].Escapes)
+	n, k, _ := matrixDims(t)
+	if t.Groups[0].Escapes >= 1<<32 || k >= 1<<31 {
+		return status.Errorf(status.Unsupported, "gpu: %d escapes, K=%d: the escape index holds 32-bit positions", t.Groups[0].Escapes, k)
 	}
 	d, err := load(dev)
 	if err != nil {
 		return err
 	}
-	n, k, _ := matrixDims(t)
 	p := groupParams(t, 0)
 	p.dst = C.glyd_u64(dst)
+	p.escrecs = C.glyd_u64(uint64(dst) + escRowsBytes(n))
 	p.N = C.glyd_i64(n)
 	p.K = C.glyd_i64(k)
-	_ = d
-	return launch(dev, kEscapeRows, gridFor(uint64(n+1), 256, 1<<30), 1, 256, 0, stream, &p)
+	if err := launch(dev, kEscapeRows, gridFor(uint64(n+1), 256, 1<<30), 1, 1, 256, 0, stream, &p); err != nil {
+		return err
+	}
+	return launch(dev, kEscapeRecords, gridFor(t.Groups[0].Escapes, 256, d.info.SMs*8), 1, 1, 256, 0, stream, &p)
 }

@@ -33,12 +33,15 @@ typedef struct glyd_kparams {
 	glyd_u64 chunks;  /* PlaneChunks (smallest): 2 x uint64 per 4096-element chunk */
 	glyd_u64 escidx;  /* PlaneEscIdx: uint64 element index within the group, ascending */
 	glyd_u64 escexp;  /* PlaneEscExp: uint8 exponent of each escape */
-	glyd_u64 escrows; /* uint32[N+1] escape row index (BuildEscapeIndex), or 0 if no escapes */
+	glyd_u64 escrows; /* escape index (BuildEscapeIndex): uint32 rows[N+1], then at
+	                   * escrecs 8-byte records {uint32 k, uint16 true bf16, 0}; 0 if no escapes */
+	glyd_u64 escrecs; /* address of the records of the escape index */
 	/* Operands. */
 	glyd_u64 x;    /* bf16 [rows, K] activations, row-major, contiguous */
 	glyd_u64 bias; /* bf16 [N] or 0 */
 	glyd_u64 y;    /* bf16 [rows, N] output, row-major, contiguous */
 	glyd_u64 dst;  /* bf16 [n] decode output */
+	glyd_u64 ws;   /* fp32 [splits][rows][N] split-K partial sums (splits > 1) */
 	/* Sizes. */
 	glyd_u64 n;       /* elements in the group */
 	glyd_u64 escapes; /* escape entries in the group */
@@ -49,6 +52,8 @@ typedef struct glyd_kparams {
 	glyd_u32 base;     /* exponent of code 0 of the 4-bit code */
 	glyd_u32 table[6]; /* smallest: exponents of level-1 codes 0..2 and level-2 codes 0..2 */
 	glyd_u32 pad;
+	glyd_u32 splits; /* linear: K is split over gridDim.z = splits blocks (1 = no split) */
+	glyd_u32 ebase;  /* linear: exponent the kernel gave escaped weights (base+15, or 0) */
 } glyd_kparams;
 
 #endif

@@ -121,7 +121,9 @@ var kernelNames = []string{
 	"glyd_decode_small",
 	"glyd_escape_scatter",
 	"glyd_escape_rows",
+	"glyd_escape_records",
 	"glyd_lin_f12_generic",
+	"glyd_lin_reduce",
 }
 
 const (
@@ -130,7 +132,9 @@ const (
 	kDecodeSmall
 	kEscapeScatter
 	kEscapeRows
+	kEscapeRecords
 	kLinGeneric
+	kLinReduce
 	kLinFirst // the linear configurations of linear.go follow, each name then name_safe
 )
 
@@ -141,7 +145,7 @@ func init() {
 }
 
 // maxDynSmem is the largest dynamic shared memory any configuration asks for.
-const maxDynSmem = 70 * 1024
+const maxDynSmem = 100 * 1024
 
 type device struct {
 	once sync.Once
@@ -184,9 +188,9 @@ func load(dev int) (*device, error) {
 }
 
 // launch runs kernel k on the caller's stream.
-func launch(dev, k int, gx, gy uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams) error {
+func launch(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams) error {
 	var e [C.GLYD_ERRLEN]C.char
-	rc := C.glyd_drv_launch(C.int(dev), C.int(k), C.uint(gx), C.uint(gy), 1, C.uint(block), C.uint(smem), C.uintptr_t(stream), p, &e[0])
+	rc := C.glyd_drv_launch(C.int(dev), C.int(k), C.uint(gx), C.uint(gy), C.uint(gz), C.uint(block), C.uint(smem), C.uintptr_t(stream), p, &e[0])
 	return drvErr(rc, &e)
 }
 

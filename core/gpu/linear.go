@@ -27,29 +27,30 @@ func (c linConfig) threads() int { return 32 * c.WN * c.WK }
 func (c linConfig) smem() int {
 	tree := (c.WK / 2) * c.rows() * c.tokens() * 4
 	tile := c.tokens() * (c.rows() + 1) * 4
-	if tree > tile {
-		return tree
+	if tree < tile {
+		tree = tile
 	}
-	return tile
+	return ((c.rows()+1+3)&^3)*4 + tree
 }
 
 // linConfigs is the table of configurations compiled into the fatbin (the
 // GLYD_LIN lines of kernels/linear.cu, same order). Why each exists:
-//   - decode steps (1..128 tokens) are bound by reading the weights: 16 weight
-//     rows per block and 8 warps splitting K keep N/16 blocks (>= 256 on real
-//     shapes) each with U k-blocks of 2x24 bytes per lane in flight;
-//     the token tiles (NT) grow with the tokens so x is re-read less;
-//   - prompts (>128 tokens) are bound by the tensor cores: 128x128 tiles, no
-//     split-K, weights decoded once per 128 tokens.
+//   - 1..16 tokens: reading the weights is everything. 16 weight rows per
+//     block and 8 warps splitting K give N/16 blocks (>= 256 on real shapes),
+//     each lane with 2*U k-blocks (48 bytes each) in flight;
+//   - 17..128 tokens: the activations are re-read by every block, so blocks
+//     grow to 32..128 rows (x read once per block, shared through L1) and K
+//     is split over blocks (grid z) when that leaves too few blocks;
+//   - prompts: the tensor cores bound; 128..256 rows x 64..128 tokens tiles.
 var linConfigs = []linConfig{
-	{1, 1, 1, 8, 4},
 	{1, 1, 1, 8, 2},
-	{1, 2, 1, 8, 4},
-	{1, 4, 1, 8, 2},
-	{1, 8, 1, 8, 2},
-	{2, 8, 1, 8, 2},
-	{1, 16, 1, 8, 2},
-	{2, 8, 4, 1, 1},
+	{1, 1, 1, 8, 1},
+	{1, 2, 1, 8, 2},
+	{1, 4, 2, 4, 1},
+	{1, 8, 4, 2, 1},
+	{1, 8, 8, 1, 1},
+	{1, 16, 8, 1, 1},
+	{2, 8, 8, 1, 1},
 	{2, 16, 4, 1, 1},
 }
 
@@ -69,11 +70,32 @@ func pickConfig(rows int64) int {
 		return 4
 	case rows <= 128:
 		return 6
-	case rows <= 192:
-		return 7
 	default:
-		return 8
+		return 5
 	}
+}
+
+// splitTarget is the number of blocks below which K is split over blocks:
+// two per multiprocessor of a 132-SM H100/H200. It is a constant, not read
+// from the device, so the workspace bound and the summation order (hence the
+// result bits) do not depend on the GPU.
+const splitTarget = 264
+
+// splits returns how many blocks share the K of one output tile.
+func (c linConfig) splits(n, k, rows int64) int64 {
+	ctas := ((n + int64(c.rows()) - 1) / int64(c.rows())) * ((rows + int64(c.tokens()) - 1) / int64(c.tokens()))
+	s := splitTarget / ctas
+	maxs := ((k + 63) / 64) / int64(2*c.WK) // each warp keeps >= 2 k-blocks
+	if s > maxs {
+		s = maxs
+	}
+	if s > 8 {
+		s = 8
+	}
+	if s < 1 {
+		s = 1
+	}
+	return s
 }
 
 var forced atomic.Int32 // 1 + index into linConfigs, 0 = automatic
@@ -116,10 +138,21 @@ func fastPath(w *DeviceTensor, x uintptr) (bool, int64) {
 }
 
 // LinearWorkspaceBound returns the workspace Linear needs for w and rows
-// tokens, in bytes (0 today: the fixed12 kernels reduce inside a block).
+// tokens, in bytes: the fp32 partial sums when K is split over blocks, else 0.
 func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
 	if err := w.validate(); err != nil {
 		return 0, err
+	}
+	if w.Layout != codec.Fixed12 || len(w.Shape) != 2 || len(w.Groups) != 1 || rows <= 0 {
+		return 0, nil
+	}
+	n, k := w.Shape[0], w.Shape[1]
+	if k%16 != 0 || forced.Load() < 0 {
+		return 0, nil
+	}
+	c := linConfigs[pickConfig(int64(rows))]
+	if s := c.splits(n, k, int64(rows)); s > 1 {
+		return uint64(s) * uint64(rows) * uint64(n) * 4, nil
 	}
 	return 0, nil
 }
@@ -161,15 +194,13 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 	if g.Escapes > 0 && w.EscRows == 0 {
 		return status.Errorf(status.InvalidArgument, "gpu: weight has %d escapes but no escape row index (BuildEscapeIndex)", g.Escapes)
 	}
-	if k == 0 { // y = bias (or 0): the generic kernel handles it
-	}
-	d, err := load(dev)
-	if err != nil {
+	if _, err := load(dev); err != nil {
 		return err
 	}
 	p := groupParams(w, 0)
 	if g.Escapes > 0 {
 		p.escrows = C.glyd_u64(w.EscRows)
+		p.escrecs = C.glyd_u64(uint64(w.EscRows) + escRowsBytes(n))
 	}
 	p.x = C.glyd_u64(x)
 	p.bias = C.glyd_u64(bias)
@@ -177,14 +208,15 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 	p.rows = C.glyd_i64(rows)
 	p.N = C.glyd_i64(n)
 	p.K = C.glyd_i64(k)
-	_ = d
+	p.splits = 1
 	fast, _ := fastPath(w, x)
 	if !fast || forced.Load() < 0 || k == 0 {
 		gy := (n + 3) / 4
 		if gy > 65535 {
 			return status.Errorf(status.Unsupported, "gpu: %d weight rows is too many for one launch", n)
 		}
-		return launch(dev, kLinGeneric, uint32((int64(rows)+7)/8), uint32(gy), 128, 0, stream, &p)
+		p.ebase = 0
+		return launch(dev, kLinGeneric, uint32((int64(rows)+7)/8), uint32(gy), 1, 128, 0, stream, &p)
 	}
 	ci := pickConfig(int64(rows))
 	c := linConfigs[ci]
@@ -194,8 +226,25 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		return status.Errorf(status.Unsupported, "gpu: %d x %d is too large for one launch", rows, n)
 	}
 	kidx := kLinFirst + 2*ci
+	p.ebase = C.glyd_u32(g.Base) + 15
 	if g.Base >= 240 { // code 15 would decode to Inf/NaN or carry: zero escapes in the decode
 		kidx++
+		p.ebase = 0
 	}
-	return launch(dev, kidx, uint32(gx), uint32(gy), uint32(c.threads()), uint32(c.smem()), stream, &p)
+	s := c.splits(n, k, int64(rows))
+	if s > 1 {
+		need := uint64(s) * uint64(rows) * uint64(n) * 4
+		if workspace == 0 || wsBytes < need {
+			return status.Errorf(status.BufferTooSmall, "gpu: linear needs %d bytes of workspace (LinearWorkspaceBound), have %d", need, wsBytes)
+		}
+		p.splits = C.glyd_u32(s)
+		p.ws = C.glyd_u64(workspace)
+	}
+	if err := launch(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p); err != nil {
+		return err
+	}
+	if s > 1 {
+		return launch(dev, kLinReduce, uint32((int64(rows)*n+255)/256), 1, 1, 256, 0, stream, &p)
+	}
+	return nil
 }

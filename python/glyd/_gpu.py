@@ -235,6 +235,10 @@ class DeviceTensor:
             raise InvalidArgumentError(1, f"bias must be a contiguous bfloat16 tensor of {n} elements")
         lib = _gpu()
         ws_ptr, ws_n = None, 0
+        if workspace is None:
+            need = self.workspace_bound(rows)
+            if need:
+                workspace = torch.empty(need, dtype=torch.uint8, device=self.device)
         if workspace is not None:
             ws_ptr, ws_n = workspace.data_ptr(), workspace.numel() * workspace.element_size()
         _lib.check(lib.glyd_gpu_linear(

@@ -223,8 +223,8 @@ def main(argv=None) -> int:
 
 def _kernel_names():
     """The fused configurations compiled into this build (plus the generic kernel)."""
-    names = ["m1n1w1k8u4", "m1n1w1k8u2", "m1n2w1k8u4", "m1n4w1k8u2", "m1n8w1k8u2", "m2n8w1k8u2",
-             "m1n16w1k8u2", "m2n8w4k1u1", "m2n16w4k1u1"]
+    names = ["m1n1w1k8u2", "m1n1w1k8u1", "m1n2w1k8u2", "m1n4w2k4u1", "m1n8w4k2u1", "m1n8w8k1u1",
+             "m1n16w8k1u1", "m2n8w8k1u1", "m2n16w4k1u1"]
     return ["glyd_lin_f12_" + n for n in names]
 
 

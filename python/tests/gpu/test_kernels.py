@@ -100,7 +100,7 @@ def test_decode_huge_exponents():
     w.view(-1)[5::101] = 0.0
     for layout in ("fixed12", "smallest"):
         p = check_decode(w, layout)
-    assert p.groups[0].base >= 230
+        assert p.groups[0].base >= 228
 
 
 def reference(x, w, bias):
@@ -127,9 +127,8 @@ def check_linear(w_cpu, rows, bias=True, seed=0, layout="fixed12"):
     lim = LINEAR_TOL * (ref.abs() + ref.pow(2).mean().sqrt())
     worst = (err / lim).max().item()
     assert worst <= 1.0, f"rows={rows} {tuple(w_cpu.shape)} {dt.linear_kernel(rows)}: error {worst:.2f} x tolerance"
-    # cuBLAS on the same decoded weight is within the same tolerance (sanity)
-    yt = torch.nn.functional.linear(x, wd, b)
-    assert ((yt.float() - ref).abs() <= lim).all()
+    # (cuBLAS is not held to LINEAR_TOL: at some shapes, e.g. 33 x 4112 at 8
+    # rows, its own error was 1.3x this tolerance on the H200.)
     # deterministic
     y2 = dt.linear(x, b)
     torch.cuda.synchronize()
@@ -195,7 +194,8 @@ def test_linear_every_config():
     wd = glyd.unpack(p).to(DEV)
     dt = _gpu.DeviceTensor(p, DEV)
     names = sorted({dt.linear_kernel(r) for r in (1, 16, 32, 64, 128, 192, 2048)})
-    names += ["glyd_lin_f12_m1n1w1k8u2", "glyd_lin_f12_m2n8w1k8u2", "generic"]
+    names += ["glyd_lin_f12_m1n1w1k8u1", "glyd_lin_f12_m2n8w8k1u1", "glyd_lin_f12_m2n16w4k1u1",
+              "glyd_lin_f12_m1n16w8k1u1", "generic"]
     try:
         for name in names:
             _gpu.force_kernel(name)
