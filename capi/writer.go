@@ -48,6 +48,7 @@ func glydgo_writer_open(dir *C.char, maxShardSize C.uint64_t, flags C.uint32_t, 
 	wr, err := format.Create(d, format.WriterOptions{
 		MaxShardSize: int64(maxShardSize),
 		Overwrite:    flags&C.GLYD_WRITER_OVERWRITE != 0,
+		Library:      "libglyd " + version,
 	})
 	if err != nil {
 		return fail(err)
