@@ -113,7 +113,7 @@ func encodeFixed12BF16(xb, sm, code []byte, base uint8, i int) int {
 		// 0x400E], that is bit 14 set and no bit 15 after adding 0x3FF1.
 		a0 := w0>>7&lanesByte + bl
 		a1 := w1>>7&lanesByte + bl
-		if (^(a0&a1)&lanesBit14|((a0+0x3FF1*lanes1)|(a1+0x3FF1*lanes1))&lanesBit15) != 0 {
+		if (^(a0&a1)&lanesBit14 | ((a0+0x3FF1*lanes1)|(a1+0x3FF1*lanes1))&lanesBit15) != 0 {
 			return i
 		}
 		s0 := (w0>>8)&lanesBit7 | w0&lanesLo7

@@ -76,7 +76,7 @@ func shapeElements(shape []int64) (int, error) {
 	}
 	n := uint64(1)
 	for _, s := range shape {
-		if uint64(s) > MaxElements || n*uint64(s) > MaxElements {
+		if n > MaxElements/uint64(s) {
 			return 0, status.Errorf(status.Overflow, "shape %v has more than 2^56 elements", shape)
 		}
 		n *= uint64(s)

@@ -174,7 +174,7 @@ func Decode(t *Tensor) ([]uint16, error) {
 		total = 0
 	} else {
 		for _, s := range t.Shape {
-			if uint64(s) > MaxElements || total*uint64(s) > MaxElements {
+			if total > MaxElements/uint64(s) {
 				return nil, errf(status.Overflow, "shape %v has too many elements", t.Shape)
 			}
 			total *= uint64(s)
