@@ -1,0 +1,94 @@
+package codec_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/glyd/glyd/core/codec"
+	"github.com/glyd/glyd/core/codec/internal/ref"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// goldenInput is a fixed 64-element bf16 tensor of shape [4, 16] made from
+// integers only (no floating point, no random generator), with exponents
+// spread so that the Smallest layout uses all three levels, and escapes:
+// ±0, a subnormal, ±Inf, a NaN with a payload and a far outlier.
+func goldenInput() []uint16 {
+	exps := [16]uint16{120, 121, 119, 120, 122, 118, 121, 120, 123, 117, 119, 116, 120, 124, 115, 121}
+	x := make([]uint16, 64)
+	for i := range x {
+		sign := uint16(i*7) & 1
+		mant := uint16(i*29) % 128
+		e := exps[(i*5)%16]
+		if i%13 == 12 {
+			e = 110 + uint16(i%3) // level 3, inside the window
+		}
+		x[i] = sign<<15 | e<<7 | mant
+	}
+	x[3] = 0x0000    // +0
+	x[20] = 0x8000   // -0
+	x[21] = 0x0001   // smallest subnormal
+	x[40] = 0x7F80   // +Inf
+	x[41] = 0xFF80   // -Inf
+	x[50] = 0x7FC1   // NaN with a payload
+	x[63] = 0x6F00   // 2^95: an outlier
+	return x
+}
+
+// formatTensor prints every field and byte of a packed tensor.
+func formatTensor(t *codec.Tensor) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "layout %v\ndtype %v\nshape %v\nchecksum %#08x\n", t.Layout, t.DType, t.Shape, t.Checksum)
+	for i, g := range t.Groups {
+		fmt.Fprintf(&b, "group %d elements %d base %d table %v escapes %d offsets %v\n", i, g.Elements, g.Base, g.Table, g.Escapes, g.Offsets)
+	}
+	for p, data := range t.Planes {
+		fmt.Fprintf(&b, "plane %v %d bytes\n", codec.Plane(p), len(data))
+		for i := 0; i < len(data); i += 32 {
+			fmt.Fprintf(&b, "  %x\n", data[i:min(i+32, len(data))])
+		}
+	}
+	return b.String()
+}
+
+// TestGolden pins the bytes of both layouts for goldenInput: the file
+// format and the GPU kernels depend on them. Run with -update to rewrite
+// testdata/golden_*.txt after a deliberate change of the layouts (and say
+// so in docs/LAYOUTS.md).
+func TestGolden(t *testing.T) {
+	x := goldenInput()
+	for _, l := range layouts {
+		pt := checkRoundTrip(t, x, codec.BF16, []int64{4, 16}, codec.Options{Layout: l, Groups: 2})
+		if pt.EscapeFraction() == 0 {
+			t.Fatalf("%v: golden tensor has no escapes", l)
+		}
+		if l == codec.Smallest && (len(pt.Planes[codec.PlaneCode2]) == 0 || len(pt.Planes[codec.PlaneCode3]) == 0) {
+			t.Fatal("smallest: golden tensor does not use levels 2 and 3")
+		}
+		got := formatTensor(pt)
+		path := filepath.Join("testdata", "golden_"+l.String()+".txt")
+		if *update {
+			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run go test -run TestGolden -update to create it)", err)
+		}
+		if got != string(want) {
+			t.Errorf("%v: packed bytes differ from %s:\n--- got\n%s--- want\n%s", l, path, got, want)
+		}
+		// The reference decoder reads the pinned bytes.
+		dec, err := ref.Decode(toRef(pt))
+		if err != nil || firstDiff(dec, x) >= 0 {
+			t.Fatalf("%v: reference decoder: %v", l, err)
+		}
+	}
+}

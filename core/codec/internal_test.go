@@ -1,0 +1,146 @@
+package codec
+
+import (
+	"errors"
+	"hash/crc32"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/glyd/glyd/core/status"
+)
+
+// TestCRCCombine checks the CRC-32C combination against the CRC of the
+// concatenation, for random splits (including empty halves).
+func TestCRCCombine(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 5000)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	for it := 0; it < 300; it++ {
+		n := r.IntN(len(buf) + 1)
+		k := r.IntN(n + 1)
+		a, b := buf[:k], buf[k:n]
+		want := crc32.Checksum(buf[:n], castagnoli)
+		got := crcCombine(crc32.Checksum(a, castagnoli), crc32.Checksum(b, castagnoli), uint64(len(b)))
+		if got != want {
+			t.Fatalf("split %d|%d: combined %#x, want %#x", len(a), len(b), got, want)
+		}
+	}
+	x := []uint16{0x3F80, 0x0001, 0xFFFF}
+	if got, want := Checksum(x), crc32.Checksum([]byte{0x80, 0x3F, 0x01, 0x00, 0xFF, 0xFF}, castagnoli); got != want {
+		t.Fatalf("Checksum is not the CRC-32C of the little-endian bytes: %#x, want %#x", got, want)
+	}
+	if Checksum(nil) != 0 {
+		t.Fatal("Checksum of nothing is not 0")
+	}
+}
+
+func TestChooseBase(t *testing.T) {
+	var h [256]uint64
+	if b := chooseBase(&h, 255); b != 0 {
+		t.Fatalf("empty histogram: base %d, want 0", b)
+	}
+	h[250], h[255] = 10, 10
+	if b := chooseBase(&h, 255); b != 241 {
+		t.Fatalf("top exponents: base %d, want 241 (base+14 <= 255)", b)
+	}
+	h = [256]uint64{}
+	h[100], h[130] = 5, 5 // two windows tie: the smaller base wins
+	if b := chooseBase(&h, 255); b != 86 {
+		t.Fatalf("tie: base %d, want 86", b)
+	}
+	h = [256]uint64{}
+	h[31] = 1
+	if b := chooseBase(&h, 31); b != 17 {
+		t.Fatalf("fp16 top: base %d, want 17", b)
+	}
+}
+
+func TestChooseSmallest(t *testing.T) {
+	var h [256]uint64
+	h[120], h[121], h[119], h[118], h[122], h[117], h[116] = 50, 50, 40, 30, 30, 20, 5
+	h[0] = 5
+	table, base := chooseSmallest(&h, 255)
+	if want := [6]uint8{120, 121, 119, 118, 122, 117}; table != want {
+		t.Fatalf("table %v, want %v (ties to the smaller exponent)", table, want)
+	}
+	// Remaining: 116 (5) and 0 (5): the window holding 0 wins the tie.
+	if base != 0 {
+		t.Fatalf("base %d, want 0", base)
+	}
+	h = [256]uint64{}
+	h[7] = 3
+	table, base = chooseSmallest(&h, 31)
+	if table != [6]uint8{7} || base != 0 {
+		t.Fatalf("one exponent: table %v base %d", table, base)
+	}
+	sym := smallestSyms(&h, table, base)
+	if sym[7] != 0 || sym[0] != symL3 || sym[20] != symEsc {
+		t.Fatalf("symbols: %d %d %d", sym[7], sym[0], sym[20])
+	}
+}
+
+func TestNames(t *testing.T) {
+	for _, l := range []Layout{Raw, Fixed12, Smallest} {
+		got, err := ParseLayout(l.String())
+		if err != nil || got != l {
+			t.Fatalf("ParseLayout(%q) = %v, %v", l.String(), got, err)
+		}
+	}
+	if _, err := ParseLayout("fixed13"); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("ParseLayout(fixed13): %v", err)
+	}
+	if Layout(9).String() != "layout(9)" || DType(9).String() != "dtype(9)" || Plane(9).String() != "plane(9)" {
+		t.Fatal("names of unknown values")
+	}
+	for _, d := range []DType{BF16, FP16} {
+		got, err := ParseDType(d.String())
+		if err != nil || got != d {
+			t.Fatalf("ParseDType(%q) = %v, %v", d.String(), got, err)
+		}
+	}
+	if _, err := ParseDType("fp8"); !errors.Is(err, &status.Error{Code: status.DType}) {
+		t.Fatalf("ParseDType(fp8): %v", err)
+	}
+}
+
+func TestExponentEntropy(t *testing.T) {
+	x := []uint16{1 << 7, 2 << 7, 3 << 7, 4 << 7, 0x8000 | 1<<7, 2<<7 | 5, 3 << 7, 4<<7 | 0x7F}
+	if e := ExponentEntropy(x, BF16); math.Abs(e-2) > 1e-12 {
+		t.Fatalf("entropy %v, want 2", e)
+	}
+	if e := ExponentEntropy(x, FP16); e != 0 {
+		t.Fatalf("fp16 entropy %v, want 0 (all exponents 0)", e)
+	}
+	if ExponentEntropy(nil, BF16) != 0 || ExponentEntropy(x, 0) != 0 {
+		t.Fatal("entropy of nothing / unknown dtype")
+	}
+}
+
+// TestParallelError checks that parallel reports the error of the first
+// failing item whatever the scheduling, and turns panics into errors.
+func TestParallelError(t *testing.T) {
+	for w := 1; w <= 4; w++ {
+		err := parallel(100, w, func(_, i int) error {
+			if i%7 == 3 {
+				return status.Errorf(status.Corrupt, "item %d", i)
+			}
+			return nil
+		})
+		if err == nil || err.Error() != "item 3" {
+			t.Fatalf("workers %d: %v, want item 3", w, err)
+		}
+		err = parallel(10, w, func(_, i int) error {
+			if i == 5 {
+				var m map[int]int
+				m[0] = 1 // panics
+			}
+			return nil
+		})
+		if status.CodeOf(err) != status.Internal {
+			t.Fatalf("workers %d: panic gave %v", w, err)
+		}
+	}
+}
