@@ -30,13 +30,13 @@ func goldenInput() []uint16 {
 		}
 		x[i] = sign<<15 | e<<7 | mant
 	}
-	x[3] = 0x0000    // +0
-	x[20] = 0x8000   // -0
-	x[21] = 0x0001   // smallest subnormal
-	x[40] = 0x7F80   // +Inf
-	x[41] = 0xFF80   // -Inf
-	x[50] = 0x7FC1   // NaN with a payload
-	x[63] = 0x6F00   // 2^95: an outlier
+	x[3] = 0x0000  // +0
+	x[20] = 0x8000 // -0
+	x[21] = 0x0001 // smallest subnormal
+	x[40] = 0x7F80 // +Inf
+	x[41] = 0xFF80 // -Inf
+	x[50] = 0x7FC1 // NaN with a payload
+	x[63] = 0x6F00 // 2^95: an outlier
 	return x
 }
 
