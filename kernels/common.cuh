@@ -19,11 +19,17 @@ __device__ __forceinline__ uint2 ld_stream8(const void *p) {
 	asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
 	return v;
 }
+__device__ __forceinline__ uint32_t ld_stream4(const void *p) {
+	uint32_t v;
+	asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+	return v;
+}
 // Activations: re-read by every warp of the block and by neighbouring blocks;
-// keep them in L1 (plain read-only path).
+// keep them in L1 (plain read-only path). Not volatile, so the compiler can
+// hoist them above the tensor-core work of earlier tiles.
 __device__ __forceinline__ uint4 ld_act16(const void *p) {
 	uint4 v;
-	asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+	asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
 	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
 	return v;
 }
@@ -54,3 +60,19 @@ __device__ __forceinline__ uint16_t bf16_bits(uint32_t b, uint32_t e) {
 __device__ __forceinline__ float bf16_to_f32(uint32_t bits16) {
 	return __uint_as_float(bits16 << 16);
 }
+
+// Asynchronous copies global -> shared (sm_80+): the weights land in a
+// shared-memory ring without holding registers while in flight, so a warp can
+// keep many k-blocks in flight at full occupancy. .cg (16 bytes) bypasses L1;
+// 8-byte copies need .ca.
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+	const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
+	const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }

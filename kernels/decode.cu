@@ -9,12 +9,13 @@
  *   Every kernel takes one glyd_kparams (core/gpu/glyd_kernel_params.h).
  *
  * Kernels
- *   glyd_decode_f12_vec   fixed12, 4 x 32 elements per thread per step: per 32,
- *                         two 16-byte loads of sign+mantissa, one 16-byte load of
- *                         codes, four 16-byte stores; all 12 loads issued first.
+ *   glyd_decode_f12_vec   fixed12, 8 units of 8 elements per thread per step: per
+ *                         unit an 8-byte load of sign+mantissa, a 4-byte load of
+ *                         codes and a 16-byte store, lane-consecutive (whole
+ *                         sectors per warp instruction); all 16 loads issued first.
  *                         Grid-stride; grid = SMs x 8, 256 threads.
- *                         Preconditions: sm, code, dst 16-byte aligned. Elements
- *                         past the last multiple of 32 are done by the tail loop.
+ *                         Preconditions: sm 8-, code 4-, dst 16-byte aligned.
+ *                         Elements past the last multiple of 8: the tail loop.
  *   glyd_decode_f12_scalar fixed12, one element per thread (any alignment).
  *   glyd_decode_small     smallest, one 256-thread block per 4096-element chunk,
  *                         16 consecutive elements per thread; level-2/3 entries
@@ -42,69 +43,53 @@ __device__ __forceinline__ uint32_t add_bytes(uint32_t a, uint32_t b) {
 	return __vadd4(a, b);
 }
 
-// 32 consecutive elements: 32 sm bytes (s0, s1) and 16 code bytes (c) -> 16
-// bf16x2 words in element order.
-__device__ __forceinline__ void decode32(const uint4 s0, const uint4 s1, const uint4 c, const uint32_t B4,
-                                         uint32_t (&out)[16]) {
-	const uint32_t S[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-	const uint32_t C[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-	for (int w = 0; w < 4; w++) {
-		// code word w: elements 8w..8w+7, nibble i = element 8w+i.
-		const uint32_t ca = add_bytes(C[w] & 0x0f0f0f0fu, B4);        // e0 e2 e4 e6 (bytes 0..3)
-		const uint32_t cb = add_bytes((C[w] >> 4) & 0x0f0f0f0fu, B4); // e1 e3 e5 e7
-		// pair (0,1): e0 = ca.b0, e1 = cb.b0 -> bytes 0 and 2, then << 7
-		const uint32_t e01 = __byte_perm(ca, cb, 0x0400) << 7;
-		const uint32_t e23 = __byte_perm(ca, cb, 0x0501) << 7;
-		const uint32_t e45 = __byte_perm(ca, cb, 0x0602) << 7;
-		const uint32_t e67 = __byte_perm(ca, cb, 0x0703) << 7;
-		const uint32_t sa = S[2 * w], sb = S[2 * w + 1];
-		out[4 * w + 0] = lop3_sel(prmt_sr(sa, sb, 0x9180), e01);
-		out[4 * w + 1] = lop3_sel(prmt_sr(sa, sb, 0xB3A2), e23);
-		out[4 * w + 2] = lop3_sel(prmt_sr(sa, sb, 0xD5C4), e45);
-		out[4 * w + 3] = lop3_sel(prmt_sr(sa, sb, 0xF7E6), e67);
-	}
+// 8 consecutive elements: 8 sm bytes (sa, sb) and one code word (8 nibbles)
+// -> 4 bf16x2 words in element order.
+__device__ __forceinline__ uint4 decode8(const uint32_t sa, const uint32_t sb, const uint32_t cw, const uint32_t B4) {
+	const uint32_t ca = add_bytes(cw & 0x0f0f0f0fu, B4);        // e0 e2 e4 e6 (bytes 0..3)
+	const uint32_t cb = add_bytes((cw >> 4) & 0x0f0f0f0fu, B4); // e1 e3 e5 e7
+	// pair (0,1): e0 = ca.b0, e1 = cb.b0 -> bytes 0 and 2, then << 7
+	const uint32_t e01 = __byte_perm(ca, cb, 0x0400) << 7;
+	const uint32_t e23 = __byte_perm(ca, cb, 0x0501) << 7;
+	const uint32_t e45 = __byte_perm(ca, cb, 0x0602) << 7;
+	const uint32_t e67 = __byte_perm(ca, cb, 0x0703) << 7;
+	return make_uint4(lop3_sel(prmt_sr(sa, sb, 0x9180), e01), lop3_sel(prmt_sr(sa, sb, 0xB3A2), e23),
+	                  lop3_sel(prmt_sr(sa, sb, 0xD5C4), e45), lop3_sel(prmt_sr(sa, sb, 0xF7E6), e67));
 }
 
-// Each thread decodes VEC groups of 32 elements per step (all loads issued
-// before the first use: VEC*48 bytes in flight per thread).
-constexpr int VEC = 4;
+// Each thread decodes VEC units of 8 elements per step, all loads issued
+// before the first use. Unit u of a warp's step is lane-consecutive, so every
+// load and store instruction of a warp covers whole sectors (256 B of sm,
+// 128 B of codes, 512 B of bf16).
+constexpr int VEC = 8;
 
 extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_vec(const glyd_kparams p) {
 	const uint8_t *sm = (const uint8_t *)p.sm;
 	const uint8_t *code = (const uint8_t *)p.code;
 	uint16_t *dst = (uint16_t *)p.dst;
-	const uint64_t nvec = p.n / 32;
+	const uint64_t nu = p.n / 8;
 	const uint32_t B4 = p.base * 0x01010101u;
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-	for (uint64_t v0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; v0 < nvec; v0 += stride * VEC) {
-		uint4 s0[VEC], s1[VEC], c[VEC];
+	for (uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u0 < nu; u0 += stride * VEC) {
+		uint2 s[VEC];
+		uint32_t c[VEC];
 #pragma unroll
 		for (int j = 0; j < VEC; j++) {
-			const uint64_t v = v0 + j * stride;
-			if (v < nvec) {
-				s0[j] = ld_stream16(sm + v * 32);
-				s1[j] = ld_stream16(sm + v * 32 + 16);
-				c[j] = ld_stream16(code + v * 16);
+			const uint64_t u = u0 + j * stride;
+			if (u < nu) {
+				s[j] = ld_stream8(sm + u * 8);
+				c[j] = ld_stream4(code + u * 4);
 			}
 		}
 #pragma unroll
 		for (int j = 0; j < VEC; j++) {
-			const uint64_t v = v0 + j * stride;
-			if (v < nvec) {
-				uint32_t out[16];
-				decode32(s0[j], s1[j], c[j], B4, out);
-				uint4 *d = (uint4 *)(dst + v * 32);
-				st_stream16(d + 0, make_uint4(out[0], out[1], out[2], out[3]));
-				st_stream16(d + 1, make_uint4(out[4], out[5], out[6], out[7]));
-				st_stream16(d + 2, make_uint4(out[8], out[9], out[10], out[11]));
-				st_stream16(d + 3, make_uint4(out[12], out[13], out[14], out[15]));
-			}
+			const uint64_t u = u0 + j * stride;
+			if (u < nu) st_stream16(dst + u * 8, decode8(s[j].x, s[j].y, c[j], B4));
 		}
 	}
-	// Tail: the last n % 32 elements, one per thread of the first block.
+	// Tail: the last n % 8 elements, one per thread of the first block.
 	if (blockIdx.x == 0) {
-		for (uint64_t i = nvec * 32 + threadIdx.x; i < p.n; i += blockDim.x) {
+		for (uint64_t i = nu * 8 + threadIdx.x; i < p.n; i += blockDim.x) {
 			const uint32_t c = (code[i >> 1] >> ((i & 1) * 4)) & 15u;
 			dst[i] = bf16_bits(sm[i], (p.base + c) & 0xffu);
 		}

@@ -55,7 +55,9 @@
 
 __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-	asm volatile(
+	// Not volatile: the compiler may move independent activation loads
+	// above earlier mma's (a volatile asm would pin the program order).
+	asm(
 	    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
 	    "{%0,%1,%2,%3};"
 	    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -106,7 +108,7 @@ __device__ __forceinline__ uint16_t finish(const glyd_kparams &p, int64_t m, int
 
 __device__ __forceinline__ uint32_t ld_u32(const void *p) {
 	uint32_t v;
-	asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+	asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
 	return v;
 }
 
@@ -115,6 +117,82 @@ struct WBatch {
 	uint4 s[U][MT][2];
 	uint2 c[U][MT][2];
 };
+
+// Block epilogue shared by the kernels: reduce the WK warps' accumulators
+// (tree, fixed order), then write the [TB][ROWS+1] tile and either finish the
+// outputs (escapes, bias, bf16) or store split-K partials. srows holds the
+// escape ranges of the block's rows. Ends with the block in sync.
+template <int MT, int NT, int WN, int WK, bool SAFE>
+__device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red, const uint32_t *srows,
+                                               float (&acc)[MT][NT][4], int64_t n0, int64_t m0) {
+	constexpr int ROWS = 16 * MT * WN, TB = 8 * NT, FR = MT * NT * 4;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int wn = warp % WN, wk = warp / WN;
+	const int g = lane >> 2, t = lane & 3;
+	const int64_t N = p.N, R = p.rows;
+	const bool split = p.splits > 1;
+	// Split-K reduction across the WK warps of a row slice: a tree in a fixed
+	// order (deterministic), through shared memory in fragment order.
+	if (WK > 1) {
+#pragma unroll
+		for (int hh = WK / 2; hh >= 1; hh >>= 1) {
+			if (wk >= hh && wk < 2 * hh) {
+				float *b = red + (size_t)((wk - hh) * WN + wn) * FR * 32;
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+						for (int i = 0; i < 4; i++) b[((mt * NT + nt) * 4 + i) * 32 + lane] = acc[mt][nt][i];
+			}
+			__syncthreads();
+			if (wk < hh) {
+				const float *b = red + (size_t)(wk * WN + wn) * FR * 32;
+#pragma unroll
+				for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+					for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+						for (int i = 0; i < 4; i++) acc[mt][nt][i] += b[((mt * NT + nt) * 4 + i) * 32 + lane];
+			}
+			__syncthreads();
+		}
+	}
+	constexpr int LD = ROWS + 1;
+	float *tile = red; // [TB][ROWS+1]
+	if (wk == 0) {
+#pragma unroll
+		for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const int row = wn * 16 * MT + mt * 16 + g + 8 * (i >> 1);
+					const int tok = nt * 8 + 2 * t + (i & 1);
+					tile[tok * LD + row] = acc[mt][nt][i];
+				}
+	}
+	__syncthreads();
+	if (split) {
+		// Partial sums of this split; glyd_lin_reduce finishes them.
+		float *ws = (float *)p.ws + (size_t)blockIdx.z * (size_t)R * (size_t)N;
+		for (int idx = threadIdx.x; idx < ROWS * TB; idx += blockDim.x) {
+			const int row = idx % ROWS, tok = idx / ROWS;
+			const int64_t n = n0 + row, m = m0 + tok;
+			if (n < N && m < R) ws[m * N + n] = tile[tok * LD + row];
+		}
+	} else {
+	uint16_t *y = (uint16_t *)p.y;
+	for (int idx = threadIdx.x; idx < ROWS * TB; idx += blockDim.x) {
+		const int row = idx % ROWS, tok = idx / ROWS;
+		const int64_t n = n0 + row, m = m0 + tok;
+		if (n >= N || m >= R) continue;
+		const uint32_t e0 = p.escrows ? srows[row] : 0u, e1 = p.escrows ? srows[row + 1] : 0u;
+		y[m * N + n] = finish(p, m, n, tile[tok * LD + row], e0, e1);
+	}
+	}
+	__syncthreads(); // red/srows are reused by the next tile
+}
 
 template <int MT, int NT, int WN, int WK, int U, bool SAFE>
 __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
@@ -239,66 +317,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 		cur = nxt;
 	}
 
-	// Split-K reduction across the WK warps of a row slice: a tree in a fixed
-	// order (deterministic), through shared memory in fragment order.
-	if (WK > 1) {
-#pragma unroll
-		for (int hh = WK / 2; hh >= 1; hh >>= 1) {
-			if (wk >= hh && wk < 2 * hh) {
-				float *b = red + (size_t)((wk - hh) * WN + wn) * FR * 32;
-#pragma unroll
-				for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-					for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-						for (int i = 0; i < 4; i++) b[((mt * NT + nt) * 4 + i) * 32 + lane] = acc[mt][nt][i];
-			}
-			__syncthreads();
-			if (wk < hh) {
-				const float *b = red + (size_t)(wk * WN + wn) * FR * 32;
-#pragma unroll
-				for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-					for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-						for (int i = 0; i < 4; i++) acc[mt][nt][i] += b[((mt * NT + nt) * 4 + i) * 32 + lane];
-			}
-			__syncthreads();
-		}
-	}
-	constexpr int LD = ROWS + 1;
-	float *tile = red; // [TB][ROWS+1]
-	if (wk == 0) {
-#pragma unroll
-		for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-			for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-				for (int i = 0; i < 4; i++) {
-					const int row = wn * 16 * MT + mt * 16 + g + 8 * (i >> 1);
-					const int tok = nt * 8 + 2 * t + (i & 1);
-					tile[tok * LD + row] = acc[mt][nt][i];
-				}
-	}
-	__syncthreads();
-	if (split) {
-		// Partial sums of this split; glyd_lin_reduce finishes them.
-		float *ws = (float *)p.ws + (size_t)blockIdx.z * (size_t)R * (size_t)N;
-		for (int idx = threadIdx.x; idx < ROWS * TB; idx += blockDim.x) {
-			const int row = idx % ROWS, tok = idx / ROWS;
-			const int64_t n = n0 + row, m = m0 + tok;
-			if (n < N && m < R) ws[m * N + n] = tile[tok * LD + row];
-		}
-		return;
-	}
-	uint16_t *y = (uint16_t *)p.y;
-	for (int idx = threadIdx.x; idx < ROWS * TB; idx += blockDim.x) {
-		const int row = idx % ROWS, tok = idx / ROWS;
-		const int64_t n = n0 + row, m = m0 + tok;
-		if (n >= N || m >= R) continue;
-		const uint32_t e0 = p.escrows ? srows[row] : 0u, e1 = p.escrows ? srows[row + 1] : 0u;
-		y[m * N + n] = finish(p, m, n, tile[tok * LD + row], e0, e1);
-	}
+	block_epilogue<MT, NT, WN, WK, SAFE>(p, red, srows, acc, n0, m0);
 }
 
 // Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]).
@@ -317,6 +336,151 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce(const glyd_kpa
 	}
 	((uint16_t *)p.y)[i] = finish(p, m, n, v, e0, e1);
 }
+
+// Few tokens: async-pipelined and persistent. Each warp streams its k-blocks
+// through a shared-memory ring of ST slots with cp.async (ST-1 blocks in
+// flight per warp without holding registers, so occupancy stays high), and the
+// block walks over row tiles blockIdx.y, +gridDim.y, ... with the first
+// blocks of the next tile already in flight during the epilogue of the
+// current one. WN = 1: the block owns 16*MT rows; its WK warps split K.
+// Shared memory: align4(ROWS+1) + max(tree, tile) floats, then the ring:
+// WK * ST * MT*2 * 32 * 24 bytes.
+template <int MT, int NT, int WK, int ST, bool SAFE>
+__device__ __forceinline__ void linear_f12_async(const glyd_kparams &p, float *smem) {
+	constexpr int ROWS = 16 * MT, TB = 8 * NT;
+	constexpr int RED = (WK / 2) * ROWS * TB > TB * (ROWS + 1) ? (WK / 2) * ROWS * TB : TB * (ROWS + 1);
+	constexpr int SROWS = (ROWS + 1 + 3) & ~3;
+	const int lane = threadIdx.x & 31, wk = threadIdx.x >> 5;
+	const int g = lane >> 2, t = lane & 3;
+	const int64_t N = p.N, K = p.K, R = p.rows;
+	const int64_t m0 = (int64_t)blockIdx.x * TB;
+	const int64_t KB = (K + 63) >> 6;
+	const int64_t kb_lo = KB * blockIdx.z / p.splits, kb_hi = KB * (blockIdx.z + 1) / p.splits;
+	const int64_t nblk = kb_hi - kb_lo > wk ? (kb_hi - kb_lo - wk + WK - 1) / WK : 0;
+	const int64_t tiles = (N + ROWS - 1) / ROWS;
+	const int64_t ntile = tiles > (int64_t)blockIdx.y ? (tiles - blockIdx.y + gridDim.y - 1) / gridDim.y : 0;
+	const int64_t items = ntile * nblk;
+	const uint8_t *sm = (const uint8_t *)p.sm;
+	const uint8_t *code = (const uint8_t *)p.code;
+	const uint16_t *x = (const uint16_t *)p.x;
+	const uint32_t B4 = p.base * 0x01010101u;
+	uint32_t *srows = (uint32_t *)smem;
+	float *red = smem + SROWS;
+	uint4 *ring_s = (uint4 *)(smem + SROWS + RED) + (size_t)wk * ST * MT * 2 * 32;
+	uint2 *ring_c = (uint2 *)((uint4 *)(smem + SROWS + RED) + (size_t)WK * ST * MT * 2 * 32) +
+	                (size_t)wk * ST * MT * 2 * 32;
+
+	auto issue = [&](int64_t j) {
+		if (j < items) {
+			const int64_t ty = blockIdx.y + (j / nblk) * gridDim.y;
+			const int64_t kb = kb_lo + wk + (j % nblk) * WK;
+			const int64_t k = kb * 64 + 16 * t;
+			const int slot = (int)(j % ST);
+			if (k < K) {
+#pragma unroll
+				for (int r = 0; r < MT * 2; r++) {
+					int64_t n = ty * ROWS + (r >> 1) * 16 + g + 8 * (r & 1);
+					if (n >= N) n = N - 1;
+					cp_async16(ring_s + (slot * MT * 2 + r) * 32 + lane, sm + n * K + k);
+					cp_async8(ring_c + (slot * MT * 2 + r) * 32 + lane, code + n * K / 2 + k / 2);
+				}
+			}
+		}
+		cp_async_commit();
+	};
+
+	const uint16_t *xr[NT];
+	bool xok[NT];
+#pragma unroll
+	for (int nt = 0; nt < NT; nt++) {
+		const int64_t m = m0 + nt * 8 + g;
+		xok[nt] = m < R;
+		xr[nt] = x + (xok[nt] ? m : 0) * K;
+	}
+#pragma unroll
+	for (int q = 0; q < ST - 1; q++) issue(q);
+
+	int64_t j = 0;
+	for (int64_t it = 0; it < ntile; it++) {
+		const int64_t n0 = ((int64_t)blockIdx.y + it * gridDim.y) * ROWS;
+		// escape ranges of this tile's rows: loaded now, stored before the epilogue
+		uint32_t rv = 0;
+		const bool want = p.escrows && p.splits == 1 && (int)threadIdx.x <= ROWS;
+		if (want) rv = ld_u32((const uint32_t *)p.escrows + (n0 + threadIdx.x < N ? n0 + threadIdx.x : N));
+		float acc[MT][NT][4];
+#pragma unroll
+		for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+				for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
+		for (int64_t b = 0; b < nblk; b++, j++) {
+			issue(j + ST - 1);
+			cp_async_wait<ST - 1>();
+			const int64_t k = (kb_lo + wk + b * WK) * 64 + 16 * t;
+			const bool ok = k < K;
+			const int slot = (int)(j % ST);
+			uint32_t A[MT][2][8];
+#pragma unroll
+			for (int r = 0; r < MT * 2; r++) {
+				uint4 sv = make_uint4(0, 0, 0, 0);
+				uint2 cv = make_uint2(0, 0);
+				if (ok) {
+					sv = ring_s[(slot * MT * 2 + r) * 32 + lane];
+					cv = ring_c[(slot * MT * 2 + r) * 32 + lane];
+				}
+				decode16<SAFE>(sv, cv, B4, A[r >> 1][r & 1]);
+			}
+#pragma unroll
+			for (int nt = 0; nt < NT; nt++) {
+				uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
+				if (ok && xok[nt]) {
+					xa = ld_act16(xr[nt] + k);
+					xb = ld_act16(xr[nt] + k + 8);
+				}
+				uint32_t XB[8];
+				XB[0] = __byte_perm(xa.x, xa.z, 0x5410);
+				XB[1] = __byte_perm(xa.y, xa.w, 0x5410);
+				XB[2] = __byte_perm(xa.x, xa.z, 0x7632);
+				XB[3] = __byte_perm(xa.y, xa.w, 0x7632);
+				XB[4] = __byte_perm(xb.x, xb.z, 0x5410);
+				XB[5] = __byte_perm(xb.y, xb.w, 0x5410);
+				XB[6] = __byte_perm(xb.x, xb.z, 0x7632);
+				XB[7] = __byte_perm(xb.y, xb.w, 0x7632);
+#pragma unroll
+				for (int s2 = 0; s2 < 4; s2++)
+#pragma unroll
+					for (int mt = 0; mt < MT; mt++)
+						mma16816(acc[mt][nt], A[mt][0][2 * s2], A[mt][1][2 * s2], A[mt][0][2 * s2 + 1],
+						         A[mt][1][2 * s2 + 1], XB[2 * s2], XB[2 * s2 + 1]);
+			}
+		}
+		if (want) srows[threadIdx.x] = rv;
+		block_epilogue<MT, NT, 1, WK, SAFE>(p, red, srows, acc, n0, m0);
+	}
+	cp_async_wait<0>();
+}
+
+#define GLYD_LINA(MT, NT, WK, ST, MINB)                                                                \
+	extern "C" __global__ void __launch_bounds__(32 * WK, MINB) glyd_lin_f12a_m##MT##n##NT##k##WK##s##ST( \
+	    const glyd_kparams p) {                                                                        \
+		extern __shared__ float smem[];                                                             \
+		linear_f12_async<MT, NT, WK, ST, false>(p, smem);                                            \
+	}                                                                                                 \
+	extern "C" __global__ void __launch_bounds__(32 * WK, MINB)                                      \
+	    glyd_lin_f12a_m##MT##n##NT##k##WK##s##ST##_safe(                                              \
+	    const glyd_kparams p) {                                                                        \
+		extern __shared__ float smem[];                                                             \
+		linear_f12_async<MT, NT, WK, ST, true>(p, smem);                                             \
+	}
+
+// (MT, NT, WK, ST, min blocks per SM: registers capped so that many blocks
+// fit, each with (ST-1) k-blocks in flight per warp)
+GLYD_LINA(1, 1, 8, 4, 4)
+GLYD_LINA(1, 1, 8, 6, 3)
+GLYD_LINA(1, 2, 8, 4, 4)
+GLYD_LINA(2, 1, 8, 3, 3)
+GLYD_LINA(1, 1, 4, 8, 4)
 
 #define GLYD_LIN(MT, NT, WN, WK, U)                                                                   \
 	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \

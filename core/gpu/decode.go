@@ -83,8 +83,8 @@ func Decode(dev int, stream uintptr, t *DeviceTensor, g int, dst uintptr) error 
 		sms := d.info.SMs
 		switch t.Layout {
 		case codec.Fixed12:
-			if uint64(p.sm)%16 == 0 && uint64(p.code)%16 == 0 && uint64(p.dst)%16 == 0 && n >= 32 {
-				err = launch(dev, kDecodeF12Vec, gridFor(n/32, 256*4, sms*8), 1, 1, 256, 0, stream, &p)
+			if uint64(p.sm)%8 == 0 && uint64(p.code)%4 == 0 && uint64(p.dst)%16 == 0 && n >= 8 {
+				err = launch(dev, kDecodeF12Vec, gridFor(n/8, 256*8, sms*8), 1, 1, 256, 0, stream, &p)
 			} else {
 				err = launch(dev, kDecodeF12Scalar, gridFor(n, 256, sms*16), 1, 1, 256, 0, stream, &p)
 			}

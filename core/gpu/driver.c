@@ -50,6 +50,7 @@ static struct {
 	glyd_CUresult (*LaunchKernel)(glyd_CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 	                              unsigned, glyd_CUstream, void **, void **);
 	glyd_CUresult (*GetErrorName)(glyd_CUresult, const char **);
+	glyd_CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, glyd_CUfunction, int, size_t);
 } cu;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -113,6 +114,7 @@ static int do_init(void) {
 	    {"cuFuncGetAttribute", (void **)&cu.FuncGetAttribute},
 	    {"cuLaunchKernel", (void **)&cu.LaunchKernel},
 	    {"cuGetErrorName", (void **)&cu.GetErrorName},
+	    {"cuOccupancyMaxActiveBlocksPerMultiprocessor", (void **)&cu.OccupancyMaxActiveBlocksPerMultiprocessor},
 	};
 	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
 		void *fp = NULL;
@@ -279,6 +281,20 @@ int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsig
 	glyd_CUresult r = cu.LaunchKernel(s->fn[k], gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, args, NULL);
 	pop();
 	if (r) return cuerr(err, "cuLaunchKernel", r);
+	return GLYD_DRV_OK;
+}
+
+int glyd_drv_occupancy(int dev, int k, int block, int smem, int *blocks, char *err) {
+	devstate *s = &devs[dev];
+	if (k < 0 || k >= s->nfn) {
+		snprintf(err, GLYD_ERRLEN, "kernel %d not loaded", k);
+		return GLYD_DRV_ARG;
+	}
+	int rc = push(s, err);
+	if (rc) return rc;
+	glyd_CUresult r = cu.OccupancyMaxActiveBlocksPerMultiprocessor(blocks, s->fn[k], block, (size_t)smem);
+	pop();
+	if (r) return cuerr(err, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
 	return GLYD_DRV_OK;
 }
 

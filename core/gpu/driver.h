@@ -61,6 +61,9 @@ int glyd_drv_device_load(int dev, const void *image, const char *names, int nker
 int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
                     uintptr_t stream, const glyd_kparams *p, char *err);
 
+/* Blocks of kernel k that fit on one multiprocessor at once. */
+int glyd_drv_occupancy(int dev, int k, int block, int smem, int *blocks, char *err);
+
 /* Registers and local memory of kernel k (for the report). */
 int glyd_drv_kernel_attrs(int dev, int k, int *regs, int *local_bytes, int *max_threads, char *err);
 

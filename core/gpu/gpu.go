@@ -151,6 +151,7 @@ type device struct {
 	once sync.Once
 	err  error
 	info Info
+	occ  []int // resident blocks per SM of each linear configuration
 }
 
 var devices [C.GLYD_MAX_DEVICES]device
@@ -183,6 +184,18 @@ func load(dev int) (*device, error) {
 		}
 		var e [C.GLYD_ERRLEN]C.char
 		d.err = drvErr(C.glyd_drv_device_load(C.int(dev), img, names, C.int(len(kernelNames)), C.int(smem), &e[0]), &e)
+		if d.err != nil {
+			return
+		}
+		d.occ = make([]int, len(linConfigs))
+		for i, c := range linConfigs {
+			var nb C.int
+			if err := drvErr(C.glyd_drv_occupancy(C.int(dev), C.int(kLinFirst+2*i), C.int(c.threads()), C.int(c.smem()), &nb, &e[0]), &e); err != nil {
+				d.err = err
+				return
+			}
+			d.occ[i] = int(nb)
+		}
 	})
 	return d, d.err
 }

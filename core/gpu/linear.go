@@ -16,9 +16,19 @@ import (
 // linConfig is one tile configuration of the fused fixed12 kernel
 // (kernels/linear.cu): MT m16 weight tiles and NT n8 token tiles per warp,
 // WN warps along the weight rows, WK warps splitting K, U k-blocks in flight.
-type linConfig struct{ MT, NT, WN, WK, U int }
+//
+// Async configurations (glyd_lin_f12a_*) stream the weights through a
+// shared-memory ring of U stages with cp.async and are persistent (grid y
+// capped at what fits on the GPU at once); WN is 1.
+type linConfig struct {
+	MT, NT, WN, WK, U int
+	Async             bool
+}
 
 func (c linConfig) name() string {
+	if c.Async {
+		return fmt.Sprintf("glyd_lin_f12a_m%dn%dk%ds%d", c.MT, c.NT, c.WK, c.U)
+	}
 	return fmt.Sprintf("glyd_lin_f12_m%dn%dw%dk%du%d", c.MT, c.NT, c.WN, c.WK, c.U)
 }
 func (c linConfig) rows() int    { return 16 * c.MT * c.WN } // weight rows per block
@@ -30,7 +40,11 @@ func (c linConfig) smem() int {
 	if tree < tile {
 		tree = tile
 	}
-	return ((c.rows()+1+3)&^3)*4 + tree
+	ring := 0
+	if c.Async {
+		ring = c.WK * c.U * c.MT * 2 * 32 * 24
+	}
+	return ((c.rows()+1+3)&^3)*4 + tree + ring
 }
 
 // linConfigs is the table of configurations compiled into the fatbin (the
@@ -43,15 +57,20 @@ func (c linConfig) smem() int {
 //     is split over blocks (grid z) when that leaves too few blocks;
 //   - prompts: the tensor cores bound; 128..256 rows x 64..128 tokens tiles.
 var linConfigs = []linConfig{
-	{1, 1, 1, 8, 2},
-	{1, 1, 1, 8, 1},
-	{1, 2, 1, 8, 2},
-	{1, 4, 2, 4, 1},
-	{1, 8, 4, 2, 1},
-	{1, 8, 8, 1, 1},
-	{1, 16, 8, 1, 1},
-	{2, 8, 8, 1, 1},
-	{2, 16, 4, 1, 1},
+	{1, 1, 1, 8, 2, false},
+	{1, 1, 1, 8, 1, false},
+	{1, 2, 1, 8, 2, false},
+	{1, 4, 2, 4, 1, false},
+	{1, 8, 4, 2, 1, false},
+	{1, 8, 8, 1, 1, false},
+	{1, 16, 8, 1, 1, false},
+	{2, 8, 8, 1, 1, false},
+	{2, 16, 4, 1, 1, false},
+	{1, 1, 1, 8, 4, true},
+	{1, 1, 1, 8, 6, true},
+	{1, 2, 1, 8, 4, true},
+	{2, 1, 1, 8, 3, true},
+	{1, 1, 1, 4, 8, true},
 }
 
 // pickConfig returns the index in linConfigs for a number of tokens.
@@ -61,9 +80,9 @@ func pickConfig(rows int64) int {
 	}
 	switch {
 	case rows <= 8:
-		return 0
+		return 9
 	case rows <= 16:
-		return 2
+		return 11
 	case rows <= 32:
 		return 3
 	case rows <= 64:
@@ -194,7 +213,8 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 	if g.Escapes > 0 && w.EscRows == 0 {
 		return status.Errorf(status.InvalidArgument, "gpu: weight has %d escapes but no escape row index (BuildEscapeIndex)", g.Escapes)
 	}
-	if _, err := load(dev); err != nil {
+	d, err := load(dev)
+	if err != nil {
 		return err
 	}
 	p := groupParams(w, 0)
@@ -239,6 +259,16 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		}
 		p.splits = C.glyd_u32(s)
 		p.ws = C.glyd_u64(workspace)
+	}
+	if c.Async {
+		// persistent: no more blocks than fit on the GPU at once
+		fit := int64(d.occ[ci]) * int64(d.info.SMs) / (gx * s)
+		if fit < 1 {
+			fit = 1
+		}
+		if gy > fit {
+			gy = fit
+		}
 	}
 	if err := launch(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p); err != nil {
 		return err

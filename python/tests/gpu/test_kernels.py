@@ -195,11 +195,12 @@ def test_linear_every_config():
     dt = _gpu.DeviceTensor(p, DEV)
     names = sorted({dt.linear_kernel(r) for r in (1, 16, 32, 64, 128, 192, 2048)})
     names += ["glyd_lin_f12_m1n1w1k8u1", "glyd_lin_f12_m2n8w8k1u1", "glyd_lin_f12_m2n16w4k1u1",
-              "glyd_lin_f12_m1n16w8k1u1", "generic"]
+              "glyd_lin_f12_m1n16w8k1u1", "glyd_lin_f12a_m1n1k8s6", "glyd_lin_f12a_m2n1k8s3",
+              "glyd_lin_f12a_m1n1k4s8", "generic"]
     try:
         for name in names:
             _gpu.force_kernel(name)
-            for rows in (1, 13, 77, 130):
+            for rows in (1, 13, 77, 130, 300):
                 x = torch.randn(rows, 1024, device=DEV).to(torch.bfloat16)
                 y = torch.full((rows, 300), float("nan"), dtype=torch.bfloat16, device=DEV)
                 dt.linear(x, out=y)
