@@ -44,7 +44,14 @@ from ..tensor import PLANE_NAMES, Group, PackedTensor
 #:   "linear":  fn(module: GlydLinear, x) -> y         fused decode+matmul
 #:   "experts": fn(module, *args, **kwargs) -> y        fused experts forward
 #:   "decode":  fn(holder: PackedWeight, groups) -> bf16 tensor on the planes' device
-GPU_HOOKS: dict = {"linear": None, "experts": None, "decode": None}
+#: and, for experts (glyd.transformers.gpu_experts):
+#:   "decode_groups": fn(holder, groups) -> the expert weights with `groups` (None: all)
+#:                    decoded on the device, in a scratch buffer (experts decoded per call)
+#:   "routed_groups": fn(module, args, kwargs) -> the experts a call reads (list), or None
+#:   "attach":        fn(model) -> None: patch modules whose routing lives outside the
+#:                    packed module (DBRX), called once the model is loaded
+GPU_HOOKS: dict = {"linear": None, "experts": None, "decode": None, "decode_groups": None,
+                   "routed_groups": None, "attach": None}
 
 #: Names of the attributes a packed tensor replaces, and the child that holds
 #: it. The child names avoid the substrings transformers' checkpoint conversions
@@ -166,6 +173,12 @@ class PackedWeight(nn.Module):
             return self._decoded
         if groups is not None and self.num_groups > 1 and not self.cache_decoded and dev.type == "cpu":
             return self._decode_groups(groups)
+        dg = GPU_HOOKS.get("decode_groups")
+        if dg is not None and dev.type == "cuda" and self.num_groups > 1 and not self.cache_decoded:
+            w = dg(self, groups)
+            if self.compute_dtype is not None and w.dtype != self.compute_dtype:
+                w = w.to(self.compute_dtype)
+            return w
         hook = GPU_HOOKS.get("decode")
         if dev.type != "cpu" and hook is not None:
             w = hook(self, None)
@@ -267,9 +280,17 @@ class GlydExperts(GlydModule):
     _glyd_routing_arg: Optional[int] = None  # position of top_k_index in forward's args
 
     def forward(self, *args, **kwargs):
+        cuda = bool(args) and torch.is_tensor(args[0]) and args[0].device.type == "cuda"
         hook = GPU_HOOKS.get("experts")
-        if hook is not None and not self.exact and args and torch.is_tensor(args[0]) and args[0].device.type == "cuda":
+        if hook is not None and not self.exact and cuda:
             return hook(self, *args, **kwargs)
+        routed = GPU_HOOKS.get("routed_groups") if cuda else None
+        if routed is not None:  # exact on a GPU: decode only the experts this call reads
+            self.__dict__["_glyd_active"] = routed(self, args, kwargs)
+            try:
+                return super().forward(*args, **kwargs)
+            finally:
+                self.__dict__["_glyd_active"] = None
         pos = self._glyd_routing_arg
         if pos is None:
             return super().forward(*args, **kwargs)
@@ -347,6 +368,15 @@ def install(module: nn.Module, module_name: str, holders: dict, experts: bool, e
     ``holders`` (attr -> PackedWeight) and add the holders as children."""
     attrs = dict(module.__dict__.get("_glyd_attrs") or {})
     for attr, holder in holders.items():
+        old = module._parameters.get(attr)
+        if old is None:
+            old = module._buffers.get(attr)
+        if old is not None and tuple(old.shape) != tuple(holder.shape):
+            from ..errors import CorruptError
+
+            raise CorruptError(12, f"packed tensor {packed_tensor_name(module_name, attr)!r} has shape "
+                                   f"{tuple(holder.shape)}, but {type(module).__name__} at {module_name!r} "
+                                   f"expects {tuple(old.shape)} from the model's configuration")
         if attr in module._parameters:
             del module._parameters[attr]
         elif attr in module._buffers:
@@ -371,3 +401,21 @@ def iter_packed_modules(model: nn.Module):
 def set_exact(model: nn.Module, exact: bool) -> None:
     for _, m in iter_packed_modules(model):
         m.exact = exact
+
+
+def attach(model: nn.Module) -> None:
+    """Run the "attach" hook on a loaded model (see GPU_HOOKS)."""
+    fn = GPU_HOOKS.get("attach")
+    if fn is not None:
+        fn(model)
+
+
+def _register_gpu_experts() -> None:
+    try:
+        from . import gpu_experts
+    except Exception:  # pragma: no cover - the CPU path never needs it
+        return
+    gpu_experts.register()
+
+
+_register_gpu_experts()

@@ -30,7 +30,7 @@ from .. import _lib
 from ..checkpoint import Reader
 from ..errors import CorruptError, VersionError
 from .config import GUARD, format_version
-from .modules import PackedWeight, holder_name, install, iter_packed_modules, scratch_key
+from .modules import PackedWeight, attach, holder_name, install, iter_packed_modules, scratch_key
 from .families import is_experts_module
 
 logger = logging.getLogger("glyd.transformers")
@@ -168,6 +168,7 @@ class GlydHfQuantizer(HfQuantizer):
                 holder.cache_armed = True
                 if holder.device.type == "cpu":
                     holder.packed()  # validates the structure of the loaded planes
+        attach(model)  # routing that lives outside the packed module (DBRX): only routed experts
         return model
 
     # -- capabilities ------------------------------------------------------------------------

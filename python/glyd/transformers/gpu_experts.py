@@ -1,0 +1,683 @@
+"""Mixtures of experts from packed weights on the GPU: only the routed experts are read.
+
+This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOKS`
+(registered when glyd.transformers.modules is imported):
+
+* ``"experts"(module, *args, **kwargs)`` -- the default (fused) path: replaces
+  the forward of a packed experts module whose input is on a CUDA device.
+  Pairs (token, expert) are sorted by expert with one host synchronization (the
+  per-expert counts); for each expert that receives tokens, gate/up and down
+  run as Glyd's fused packed linear (``glyd._gpu.DeviceTensor.linear``: the
+  weight is decoded inside the matmul and never written to memory) on that
+  expert's rows, written into one buffer for all pairs; the family's own
+  gating (``_apply_gate``: clamps, gpt-oss interleave and alpha, Step 3.7 limits)
+  or activation (NemotronH relu²) runs once over all rows; routing weights are
+  applied and the k outputs of every token are summed in fp32 in a fixed order
+  (deterministic: the same inputs give the same bits, no atomics).
+  Weights stored transposed (``[E, in, out]``: gpt-oss, Llama 4, Aria, DBRX's
+  ``w2``) and the ``smallest`` layout have no fused kernel yet: the routed
+  expert is decoded into a reusable workspace and multiplied with torch.
+* ``"routed_groups"(module, args, kwargs)`` and ``"decode_groups"(holder,
+  groups)`` -- the ``exact=True`` path: the family's own forward runs
+  unchanged (hence the very torch ops of the bf16 model under the same experts
+  implementation), reading its expert weights from a device scratch buffer
+  where only the experts that receive tokens were decoded (decode kernel,
+  bit-exact). Outputs are torch.equal to the bf16 model's.
+* ``"linear"`` (only when nothing else registered one): GlydLinear through the
+  fused kernel (shared experts, dense layers, Switch/NLLB experts).
+
+Layouts (decided by the packed attributes, not the family name):
+
+=================  =============================================  ==================================
+kind               attributes                                     families
+=================  =============================================  ==================================
+``fused``          ``gate_up_proj``/``up_proj`` + ``down_proj``   the decorated families, Step 3.7,
+                   3-D, ``[E,out,in]`` or transposed              LongCat (E+Z rows), gpt-oss,
+                                                                  NemotronH (no gate), Llama 4
+``grouped``        ``weight [E,out,in]`` / ``[E,in,out]``,        JetMoE (MoE and attention experts),
+                   forward(inputs, tokens_per_expert)             Aria (``fc1``/``fc2``)
+``glu2d``          ``w1, v1, w2 [E*I, H]`` (DbrxExpertGLU); the   DBRX
+                   parent DbrxExperts is patched by attach()
+=================  =============================================  ==================================
+
+Bad input: routing indices outside ``[0, E)`` (``[0, E+Z)`` with zero experts)
+are dropped like expert-parallel sentinels; with ``GLYD_VALIDATE=1`` in the
+environment, or ``module.glyd_validate = True``, they raise
+glyd.InvalidArgumentError before any kernel runs (never a device fault).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import types
+from typing import Optional
+
+import torch
+from torch.nn import functional as F
+
+from ..errors import InvalidArgumentError
+from . import modules as _m
+
+__all__ = ["experts_forward", "attach", "routed_groups", "decode_groups", "expert_weights",
+           "validate_enabled", "register"]
+
+_LOCK = threading.Lock()
+
+#: Tests only: run the default (fused) path on the CPU too (experts decoded by libglyd).
+_FORCE = False
+
+
+# ---- validation ---------------------------------------------------------------------------
+
+def validate_enabled(module) -> bool:
+    """Routing validation: module.glyd_validate if set, else env GLYD_VALIDATE=1."""
+    v = module.__dict__.get("glyd_validate")
+    if v is None:
+        return os.environ.get("GLYD_VALIDATE", "") not in ("", "0", "false", "False")
+    return bool(v)
+
+
+def _check_routing(module, idx: torch.Tensor, limit: int, what: str = "expert index") -> None:
+    if idx.numel() == 0:
+        return
+    if idx.is_floating_point():
+        raise InvalidArgumentError(1, f"{type(module).__name__}: routing indices must be integers, not {idx.dtype}")
+    bad = (idx < 0) | (idx >= limit)
+    if bool(bad.any()):
+        first = idx[bad].reshape(-1)[:4].tolist()
+        raise InvalidArgumentError(
+            1, f"{type(module).__name__}: {int(bad.sum())} routing {what}(s) outside [0, {limit}) "
+               f"(first: {first}); the module has {limit} experts")
+
+
+# ---- per-holder device state ------------------------------------------------------------------
+
+class ExpertWeights:
+    """One packed experts tensor (a PackedWeight with one group per expert) seen as
+    E matrices: y = x @ W[e].T (linear layout) or y = x @ W[e] (transposed).
+
+    On a CUDA device: fused packed linear per expert (fixed12, linear layout),
+    else decode of that expert into a reusable workspace + torch matmul. On the
+    CPU (tests, and a reference for the grouping logic): libglyd decodes the
+    expert (unpack_group) and torch multiplies."""
+
+    def __init__(self, holder, transposed: bool):
+        self.holder = holder
+        self.transposed = transposed
+        self.num = holder.num_groups
+        g = holder.num_groups
+        shape = holder.shape
+        rows = shape[0] // g
+        self.expert_shape = tuple(shape[1:]) if rows == 1 else (rows, *shape[1:])
+        if len(self.expert_shape) != 2:
+            raise InvalidArgumentError(1, f"experts tensor {holder.attr!r} of shape {shape}: "
+                                          f"each expert must be a matrix")
+        a, b = self.expert_shape
+        self.in_features, self.out_features = (a, b) if transposed else (b, a)
+        self._key = None
+        self._full = None       # DeviceTensor of all groups (decode)
+        self._experts = None    # per-expert single-group DeviceTensors (fused linear)
+
+    # -- device tensors --
+    def _refresh(self):
+        key = self.holder._planes_key()
+        if key == self._key:
+            return
+        self._full, self._experts, self._key = None, None, key
+
+    def full(self):
+        from .. import _gpu
+
+        self._refresh()
+        if self._full is None:
+            h = self.holder
+            self._full = _gpu.DeviceTensor(layout=h.layout, shape=h.shape, groups=h.groups, planes=h.planes(),
+                                           device=h.device)
+        return self._full
+
+    def expert(self, e: int):
+        """Group e as a one-group DeviceTensor over slices of the planes (no copy)."""
+        from .. import _gpu
+        from ..tensor import PLANE_NAMES, Group
+
+        self._refresh()
+        if self._experts is None:
+            self._experts = [None] * self.num
+        dt = self._experts[e]
+        if dt is None:
+            h = self.holder
+            planes = h.planes()
+            grp = h.groups[e]
+            nxt = h.groups[e + 1] if e + 1 < self.num else None
+            sl = {}
+            for i, name in enumerate(PLANE_NAMES):
+                p = planes[name]
+                start = grp.offsets[i]
+                end = nxt.offsets[i] if nxt is not None else p.numel()
+                sl[name] = p[start:end] if end > start else p[:0]
+            g0 = Group(grp.elements, grp.escapes, (0,) * len(PLANE_NAMES), grp.base, grp.table)
+            dt = _gpu.DeviceTensor(layout=h.layout, shape=self.expert_shape, groups=[g0], planes=sl,
+                                   device=h.device)
+            self._experts[e] = dt
+        return dt
+
+    # -- math --
+    def decode(self, e: int, out: torch.Tensor) -> torch.Tensor:
+        """Expert e's matrix (bf16, exact bits) into out (shape expert_shape)."""
+        h = self.holder
+        if h.device.type == "cuda":
+            self.full().decode(out=out, group=e)
+        else:
+            h.packed().unpack_group(e, out=out)
+        return out
+
+    def fused(self) -> bool:
+        h = self.holder
+        return (h.device.type == "cuda" and not self.transposed and h.layout == "fixed12"
+                and h.dtype == torch.bfloat16 and os.environ.get("GLYD_MOE_NO_FUSED", "") in ("", "0"))
+
+    def linear(self, e: int, x: torch.Tensor, out: torch.Tensor, ws) -> torch.Tensor:
+        """out = x @ W[e].T (linear layout) or x @ W[e] (transposed); x, out 2-D contiguous."""
+        if x.shape[0] == 0:
+            return out
+        if self.fused() and x.dtype == torch.bfloat16:
+            dt = self.expert(e)
+            return dt.linear(x, out=out, workspace=ws.linear(dt, x.shape[0], x.device))
+        w = ws.weight(self.expert_shape, self.holder.dtype, x.device)
+        self.decode(e, w)
+        if w.dtype != x.dtype:
+            w = w.to(x.dtype)
+        if self.transposed:
+            torch.mm(x, w, out=out)
+        else:
+            torch.mm(x, w.t(), out=out)
+        return out
+
+
+class _Workspace:
+    """Reusable device buffers (per thread and device): one decoded expert
+    matrix, and the fused linear's split-K workspace. Work on one stream runs
+    in order, so consecutive experts may reuse them."""
+
+    def __init__(self):
+        self.bufs = {}
+        self.bounds = {}
+
+    def weight(self, shape, dtype, device) -> torch.Tensor:
+        n = shape[0] * shape[1]
+        key = ("w", dtype, device)
+        b = self.bufs.get(key)
+        if b is None or b.numel() < n:
+            b = torch.empty(n, dtype=dtype, device=device)
+            self.bufs[key] = b
+        return b[:n].view(shape)
+
+    def linear(self, dt, rows: int, device):
+        # glyd_gpu_linear_workspace_bound depends on the shape and rows only:
+        # asked once per (shape, rows), not once per expert call.
+        bkey = (dt.shape, dt.escapes > 0, rows)
+        need = self.bounds.get(bkey)
+        if need is None:
+            need = self.bounds[bkey] = dt.workspace_bound(rows)
+        if need == 0:
+            return None
+        key = ("l", device)
+        b = self.bufs.get(key)
+        if b is None or b.numel() < need:
+            b = torch.empty(max(need, 1 << 20), dtype=torch.uint8, device=device)
+            self.bufs[key] = b
+        return b
+
+
+_WS = threading.local()
+
+
+def _workspace() -> _Workspace:
+    ws = getattr(_WS, "ws", None)
+    if ws is None:
+        ws = _WS.ws = _Workspace()
+    return ws
+
+
+def expert_weights(module, attr: str, transposed: bool) -> ExpertWeights:
+    """The ExpertWeights of module.attr (cached on the holder)."""
+    holder = module._modules[module.__dict__["_glyd_attrs"][attr]]
+    ew = holder.__dict__.get("_glyd_ew")
+    if ew is None or ew.transposed != transposed:
+        ew = ExpertWeights(holder, transposed)
+        holder.__dict__["_glyd_ew"] = ew
+    return ew
+
+
+# ---- layouts ----------------------------------------------------------------------------------
+
+class _Spec:
+    kind = "fused"          # fused | grouped | glu2d
+    w_in = "gate_up_proj"   # gate_up_proj | up_proj
+    has_gate = True
+    transposed = False
+    bias_in = None          # attribute names of raw biases, or None
+    bias_out = None
+    all_experts = False     # Llama 4: forward(hidden) over every expert, input pre-scaled
+    num_experts = 0         # experts with weights (down groups)
+    num_total = 0           # + zero (identity) experts (LongCat)
+
+
+def _nparams(fn) -> int:
+    try:
+        return len([p for p in inspect.signature(fn).parameters if p != "self"])
+    except (TypeError, ValueError):
+        return -1
+
+
+def spec_of(module) -> _Spec:
+    s = module.__dict__.get("_glyd_moe_spec")
+    if s is not None:
+        return s
+    attrs = module.__dict__.get("_glyd_attrs") or {}
+    holders = {a: module._modules[h] for a, h in attrs.items()}
+    s = _Spec()
+    cls_name = type(module).__name__
+    if "down_proj" in holders and ("gate_up_proj" in holders or "up_proj" in holders):
+        s.kind = "fused"
+        s.w_in = "gate_up_proj" if "gate_up_proj" in holders else "up_proj"
+        s.has_gate = s.w_in == "gate_up_proj" and bool(getattr(module, "has_gate", True))
+        wi, wd = holders[s.w_in].shape, holders["down_proj"].shape
+        if len(wi) != 3 or len(wd) != 3:
+            raise InvalidArgumentError(1, f"{cls_name}: expert weights must be 3-D, got {wi} and {wd}")
+        flag = getattr(module, "is_transposed", None)
+        if flag is None:
+            # linear layout: in [E, N1, H], down [E, H, I]; transposed: in [E, H, N1], down [E, I, H]
+            lin = wi[2] == wd[1]
+            tr = wi[1] == wd[2]
+            if lin == tr:
+                raise InvalidArgumentError(1, f"{cls_name}: cannot tell the layout of {s.w_in} {wi} / down_proj {wd}")
+            flag = tr
+        s.transposed = bool(flag)
+        n1 = wi[1] if s.transposed else wi[2]   # input features of w_in (hidden)
+        i1 = wi[2] if s.transposed else wi[1]   # 2I or I
+        hd, idim = (wd[2], wd[1]) if s.transposed else (wd[1], wd[2])
+        need_i = i1 // 2 if s.has_gate else i1
+        if n1 != hd or need_i != idim or (s.has_gate and i1 % 2):
+            raise InvalidArgumentError(1, f"{cls_name}: {s.w_in} {wi} and down_proj {wd} disagree "
+                                          f"(hidden {n1} vs {hd}, intermediate {need_i} vs {idim})")
+        s.num_total = holders[s.w_in].num_groups
+        s.num_experts = holders["down_proj"].num_groups
+        if s.num_total < s.num_experts:
+            raise InvalidArgumentError(1, f"{cls_name}: {s.w_in} has {s.num_total} experts, down_proj "
+                                          f"{s.num_experts}")
+        p = module._parameters
+        bi = s.w_in + "_bias"
+        s.bias_in = bi if p.get(bi) is not None else None
+        s.bias_out = "down_proj_bias" if p.get("down_proj_bias") is not None else None
+        s.all_experts = _nparams(type(module).forward) == 1
+    elif set(holders) >= {"w1", "v1", "w2"}:
+        s.kind = "glu2d"
+        s.num_experts = s.num_total = holders["w1"].num_groups
+    elif set(holders) == {"weight"} and len(holders["weight"].shape) == 3:
+        s.kind = "grouped"
+        w = holders["weight"].shape
+        if hasattr(module, "in_features") and hasattr(module, "out_features"):
+            s.transposed = (w[1], w[2]) == (module.in_features, module.out_features)
+        elif hasattr(module, "input_size") and hasattr(module, "output_size"):
+            s.transposed = not ((w[1], w[2]) == (module.output_size, module.input_size))
+        s.num_experts = s.num_total = holders["weight"].num_groups
+    else:
+        s.kind = "unknown"
+    module.__dict__["_glyd_moe_spec"] = s
+    return s
+
+
+def _act(module):
+    for a in ("act_fn", "activation_fn", "activation"):
+        f = getattr(module, a, None)
+        if f is not None:
+            return f
+    raise InvalidArgumentError(1, f"{type(module).__name__}: no activation function found")
+
+
+def _gate(module, spec: _Spec, proj: torch.Tensor) -> torch.Tensor:
+    if not spec.has_gate:
+        return _act(module)(proj)
+    if hasattr(module, "_apply_gate"):
+        return module._apply_gate(proj)
+    gate, up = proj.chunk(2, dim=-1)
+    return _act(module)(gate) * up
+
+
+# ---- the default (fused) path -----------------------------------------------------------------
+
+def _route(module, idx: torch.Tensor, num_total: int):
+    """Sort the (token, k) pairs by expert. Returns (perm, ids_sorted, counts list of
+    num_total + 1: the last bucket holds dropped ids)."""
+    flat = idx.reshape(-1).to(torch.int64)
+    if validate_enabled(module):
+        _check_routing(module, flat, num_total)
+    ok = (flat >= 0) & (flat < num_total)
+    ids = torch.where(ok, flat, torch.full_like(flat, num_total))
+    ids_sorted, perm = torch.sort(ids, stable=True)
+    counts = torch.bincount(ids, minlength=num_total + 1).tolist()  # the one host synchronization
+    return perm, ids_sorted, counts
+
+
+def _grouped_apply(ew: ExpertWeights, x: torch.Tensor, counts, out: torch.Tensor) -> torch.Tensor:
+    """out[rows of expert e] = x[rows of expert e] @ W[e] for consecutive groups of rows."""
+    ws = _workspace()
+    s = 0
+    for e, c in enumerate(counts):
+        if c:
+            ew.linear(e, x[s:s + c], out[s:s + c], ws)
+        s += c
+    return out
+
+
+def _ffn(module, spec: _Spec, xs: torch.Tensor, counts, ids_sorted: Optional[torch.Tensor]) -> torch.Tensor:
+    """The expert MLP of rows xs already grouped by expert (counts per expert)."""
+    rows = xs.shape[0]
+    if spec.kind == "glu2d":
+        w1 = expert_weights(module, "w1", False)
+        v1 = expert_weights(module, "v1", False)
+        w2 = expert_weights(module, "w2", True)
+        g = xs.new_empty(rows, w1.out_features)
+        u = xs.new_empty(rows, v1.out_features)
+        _grouped_apply(w1, xs, counts, g)
+        _grouped_apply(v1, xs, counts, u)
+        h = _act(module)(g) * u
+        d = xs.new_empty(rows, w2.out_features)
+        return _grouped_apply(w2, h, counts, d)
+    wi = expert_weights(module, spec.w_in, spec.transposed)
+    wd = expert_weights(module, "down_proj", spec.transposed)
+    proj = xs.new_empty(rows, wi.out_features)
+    _grouped_apply(wi, xs, counts, proj)
+    if spec.bias_in is not None:
+        proj += getattr(module, spec.bias_in)[ids_sorted]
+    h = _gate(module, spec, proj)
+    if h.dtype != xs.dtype:
+        h = h.to(xs.dtype)
+    if not h.is_contiguous():
+        h = h.contiguous()
+    d = xs.new_empty(rows, wd.out_features)
+    _grouped_apply(wd, h, counts, d)
+    if spec.bias_out is not None:
+        d += getattr(module, spec.bias_out)[ids_sorted]
+    return d
+
+
+def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor):
+    """hidden [..., H], idx/weights [T, k]: sum_k w[t,k] * expert_{idx[t,k]}(x[t])."""
+    H = hidden.shape[-1]
+    x = hidden.reshape(-1, H)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    T = x.shape[0]
+    k = idx.shape[-1] if idx.dim() > 1 else 1
+    idx2 = idx.reshape(T, k)
+    w2 = weights.reshape(T, k)
+    perm, ids_sorted, counts = _route(module, idx2, spec.num_total)
+    n_real = sum(counts[:spec.num_experts])
+    n_zero = sum(counts[spec.num_experts:spec.num_total])
+    tok = perm // k
+    pairs = torch.zeros(T * k, H, dtype=torch.float32, device=x.device)
+    if n_real:
+        xs = x.index_select(0, tok[:n_real])
+        d = _ffn(module, spec, xs, counts[:spec.num_experts], ids_sorted[:n_real])
+        wsel = w2.reshape(-1)[perm[:n_real]]
+        pairs.index_copy_(0, perm[:n_real], d.float() * wsel.float().unsqueeze(-1))
+    if n_zero:  # LongCat's zero (identity) experts: x * w
+        sel = perm[n_real:n_real + n_zero]
+        wsel = w2.reshape(-1)[sel]
+        pairs.index_copy_(0, sel, x.index_select(0, tok[n_real:n_real + n_zero]).float() * wsel.float().unsqueeze(-1))
+    out = pairs.view(T, k, H).sum(dim=1).to(hidden.dtype)
+    return out.view(hidden.shape)
+
+
+def _all_experts_forward(module, spec: _Spec, hidden: torch.Tensor) -> torch.Tensor:
+    """Llama 4: hidden [E*T, H] holds every token once per expert, scaled by its
+    router score (0 for experts the token is not routed to). Only non-zero rows
+    are computed; zero rows give zero (as in the bf16 model for finite weights)."""
+    E = spec.num_experts
+    H = hidden.shape[-1]
+    x = hidden.reshape(E, -1, H)
+    T = x.shape[1]
+    nz = (x != 0).any(dim=-1)                       # [E, T]
+    counts = nz.sum(dim=1).tolist()                 # the one host synchronization
+    rows = nz.reshape(-1).nonzero().squeeze(1)      # expert-major, so grouped by expert
+    out = torch.zeros(E * T, H, dtype=hidden.dtype, device=hidden.device)
+    if rows.numel():
+        xs = hidden.reshape(-1, H).index_select(0, rows)
+        d = _ffn(module, spec, xs, counts, None)
+        out.index_copy_(0, rows, d.to(out.dtype))
+    return out
+
+
+def _grouped_forward(module, spec: _Spec, inputs: torch.Tensor, counts) -> torch.Tensor:
+    """JetMoE / Aria: rows of inputs already grouped by expert, counts per expert."""
+    if torch.is_tensor(counts):
+        counts = counts.tolist()
+    counts = [int(c) for c in counts]
+    if validate_enabled(module) and (len(counts) != spec.num_experts or any(c < 0 for c in counts)
+                                     or sum(counts) > inputs.shape[0]):
+        raise InvalidArgumentError(1, f"{type(module).__name__}: tokens per expert {counts[:8]}... do not fit "
+                                      f"{spec.num_experts} experts and {inputs.shape[0]} rows")
+    counts = counts[:spec.num_experts]
+    ew = expert_weights(module, "weight", spec.transposed)
+    x = inputs if inputs.is_contiguous() else inputs.contiguous()
+    total = sum(counts)
+    if total > x.shape[0]:
+        raise InvalidArgumentError(1, f"{type(module).__name__}: {total} routed rows but {x.shape[0]} inputs")
+    out = x.new_empty(x.shape[0], ew.out_features)
+    if total < x.shape[0]:
+        out[total:].zero_()
+    return _grouped_apply(ew, x, counts, out)
+
+
+def _supported(module, x: torch.Tensor) -> bool:
+    if x.dtype != torch.bfloat16:
+        return False
+    for h in module.glyd_weights().values():
+        if h.dtype != torch.bfloat16 or h.compute_dtype not in (None, torch.bfloat16):
+            return False
+    return True
+
+
+def experts_forward(module, *args, **kwargs):
+    """GPU_HOOKS["experts"]: the fused forward of a packed experts module."""
+    x = args[0]
+    spec = spec_of(module)
+    if spec.kind == "unknown" or not _supported(module, x):
+        return _exact_forward(module, args, kwargs)
+    if spec.kind == "grouped":
+        counts = args[1] if len(args) > 1 else next(iter(kwargs.values()))
+        return _grouped_forward(module, spec, x, counts)
+    if spec.kind == "fused" and spec.all_experts:
+        return _all_experts_forward(module, spec, x)
+    if spec.kind == "fused":
+        idx, w = _routing_args(module, args, kwargs)
+        if idx is None:
+            return _exact_forward(module, args, kwargs)
+        return _routed_forward(module, spec, x, idx, w)
+    return _exact_forward(module, args, kwargs)
+
+
+def _routing_args(module, args, kwargs):
+    pos = type(module).__dict__.get("_glyd_routing_arg", getattr(module, "_glyd_routing_arg", None))
+    if pos is None:
+        return None, None
+    idx = args[pos] if len(args) > pos else next((kwargs[k] for k in _m._ROUTING_NAMES if k in kwargs), None)
+    w = args[pos + 1] if len(args) > pos + 1 else None
+    if w is None:
+        rest = [v for k, v in kwargs.items() if k not in _m._ROUTING_NAMES and torch.is_tensor(v)]
+        w = rest[0] if rest else None
+    if idx is None or w is None:
+        return None, None
+    return idx, w
+
+
+def _exact_forward(module, args, kwargs):
+    """The family's own forward with only the routed experts decoded."""
+    groups = routed_groups(module, args, kwargs)
+    module.__dict__["_glyd_active"] = groups
+    try:
+        return super(_m.GlydExperts, module).forward(*args, **kwargs)
+    finally:
+        module.__dict__["_glyd_active"] = None
+
+
+# ---- the exact path ---------------------------------------------------------------------------
+
+def routed_groups(module, args, kwargs):
+    """GPU_HOOKS["routed_groups"]: the experts (groups) a call reads, as a list of
+    ints, or None for all. One host synchronization."""
+    spec = spec_of(module)
+    if spec.kind == "grouped":
+        counts = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
+        if counts is None:
+            return None
+        if torch.is_tensor(counts):
+            counts = counts.tolist()
+        if validate_enabled(module) and (len(counts) > spec.num_experts or any(int(c) < 0 for c in counts)):
+            raise InvalidArgumentError(1, f"{type(module).__name__}: bad tokens per expert {list(counts)[:8]}")
+        return [e for e, c in enumerate(counts) if int(c) > 0]
+    if spec.kind == "fused" and spec.all_experts:
+        x = args[0]
+        E = spec.num_experts
+        nz = (x.reshape(E, -1, x.shape[-1]) != 0).any(dim=-1).any(dim=-1)
+        return nz.nonzero().reshape(-1).tolist()
+    idx, _ = _routing_args(module, args, kwargs)
+    if idx is None:
+        return None
+    n = spec.num_total or max((h.num_groups for h in module.glyd_weights().values()), default=0)
+    if validate_enabled(module):
+        _check_routing(module, idx, n)
+    ids = torch.unique(idx.detach().reshape(-1)).tolist()
+    groups = [i for i in ids if 0 <= i < n]
+    if len(groups) != len(ids) and n:
+        # expert-parallel sentinels: batched_mm clamps them to the last expert (weight 0)
+        groups.append(n - 1)
+    return groups
+
+
+_SCRATCH: dict = {}
+
+
+def _scratch(key: str, shape, dtype, device) -> torch.Tensor:
+    k = (threading.get_ident(), key, tuple(shape), dtype, device)
+    with _LOCK:
+        buf = _SCRATCH.get(k)
+        if buf is None:
+            buf = torch.zeros(shape, dtype=dtype, device=device)
+            _SCRATCH[k] = buf
+    return buf
+
+
+def clear_scratch() -> None:
+    with _LOCK:
+        _SCRATCH.clear()
+
+
+def decode_groups(holder, groups) -> torch.Tensor:
+    """GPU_HOOKS["decode_groups"]: the expert weights with (at least) `groups`
+    decoded bit-exactly, in a device scratch buffer shared by the layers (the
+    other experts hold stale values: no token is routed to them). groups None: all."""
+    dev = holder.device
+    if holder.dtype != torch.bfloat16:  # the GPU kernels take bf16: decode on the CPU
+        w = holder.packed().unpack()
+        return w.to(dev)
+    buf = _scratch(holder.scratch_key, holder.shape, holder.dtype, dev)
+    ew = holder.__dict__.get("_glyd_ew") or ExpertWeights(holder, False)
+    holder.__dict__.setdefault("_glyd_ew", ew)
+    n = holder.num_groups
+    if groups is None:
+        ew.full().decode(out=buf)
+        return buf
+    view = holder._group_view(buf)
+    for g in groups:
+        g = int(g)
+        if 0 <= g < n:
+            ew.full().decode(out=view[g], group=g)
+    return buf
+
+
+# ---- DBRX: the routing lives in the parent (DbrxExperts) --------------------------------------
+
+def _dbrx_forward(self, hidden_states, top_k_index, top_k_weights):
+    mlp = self.mlp
+    cuda = hidden_states.device.type == "cuda" or _FORCE
+    if cuda and not mlp.exact and _supported(mlp, hidden_states):
+        spec = spec_of(mlp)
+        out = _routed_forward(mlp, spec, hidden_states.reshape(-1, self.hidden_size), top_k_index, top_k_weights)
+        return out.view(hidden_states.shape[0], -1, self.hidden_size)
+    if validate_enabled(mlp):
+        _check_routing(mlp, top_k_index, spec_of(mlp).num_experts)
+    mlp.__dict__["_glyd_active"] = _m._RoutedGroups(top_k_index)
+    try:
+        return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
+    finally:
+        mlp.__dict__["_glyd_active"] = None
+
+
+def attach(model) -> None:
+    """Patch the modules whose routing lives outside the packed module (DBRX's
+    DbrxExperts around the packed DbrxExpertGLU): they then read only routed
+    experts, on the GPU (fused) and the CPU (decoded). Idempotent."""
+    for _, m in model.named_modules():
+        child = m._modules.get("mlp") if hasattr(m, "_modules") else None
+        if child is None or not isinstance(child, _m.GlydModule) or "forward" in m.__dict__:
+            continue
+        if spec_of(child).kind != "glu2d" or _nparams(type(m).forward) != 3:
+            continue
+        m.forward = types.MethodType(_dbrx_forward, m)
+
+
+# ---- GlydLinear (only if no one else fills the hook) ---------------------------------------------
+
+def linear_forward(module, x: torch.Tensor) -> torch.Tensor:
+    """Fused y = x·Wᵀ + b from the packed weight (fixed12, bf16), else F.linear."""
+    holder = module._modules[module.__dict__["_glyd_attrs"]["weight"]]
+    b = module._parameters.get("bias")
+    if (holder.layout == "fixed12" and holder.dtype == torch.bfloat16 and x.dtype == torch.bfloat16
+            and holder.compute_dtype in (None, torch.bfloat16) and len(holder.shape) == 2
+            and (b is None or b.dtype == torch.bfloat16)):
+        from .. import _gpu
+
+        key = holder._planes_key()
+        dt = holder.__dict__.get("_glyd_dt")
+        if dt is None or dt[0] != key:
+            dt = (key, _gpu.DeviceTensor(layout=holder.layout, shape=holder.shape, groups=holder.groups,
+                                         planes=holder.planes(), device=holder.device))
+            holder.__dict__["_glyd_dt"] = dt
+        return dt[1].linear(x, b)
+    return F.linear(x, module.weight, b)
+
+
+# ---- registration --------------------------------------------------------------------------------
+
+def _interface_fn(self, hidden_states, top_k_index, top_k_weights):
+    """experts_implementation="glyd": packed experts on a GPU run the fused path;
+    anything else runs transformers' grouped_mm implementation."""
+    if isinstance(self, _m.GlydExperts) and hidden_states.device.type == "cuda" and not self.exact \
+            and _supported(self, hidden_states):
+        return _routed_forward(self, spec_of(self), hidden_states, top_k_index, top_k_weights)
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+
+
+def register() -> None:
+    """Fill GPU_HOOKS (the linear hook only if empty) and register the "glyd"
+    experts implementation with transformers (when installed)."""
+    hooks = _m.GPU_HOOKS
+    hooks["experts"] = experts_forward
+    hooks["routed_groups"] = routed_groups
+    hooks["decode_groups"] = decode_groups
+    hooks["attach"] = attach
+    if hooks.get("linear") is None:
+        hooks["linear"] = linear_forward
+    try:
+        from transformers.integrations.moe import ExpertsInterface
+
+        ExpertsInterface.register("glyd", _interface_fn)
+    except Exception:  # transformers missing or too old: the hooks still work
+        pass
