@@ -247,6 +247,9 @@ class GlydModule:
     from their PackedWeight child. ``exact`` selects the decode-then-torch path."""
 
     exact: bool = False
+    # Packed weights come from the checkpoint: transformers' weight init must skip
+    # these modules (it would decode the weights only to overwrite them, slowly).
+    _is_hf_initialized = True
 
     def __getattr__(self, name):
         d = self.__dict__
