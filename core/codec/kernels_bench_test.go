@@ -101,7 +101,13 @@ func BenchmarkKernel(b *testing.B) {
 		w := escWriter{idx: escIdx, exp: escExp}
 		encodeSmallest(k.x, sm[:], code[:], buf2[:], buf3[:], f, &sym, sbase, 0, &w)
 	})
+	var fs smallestScratch
+	run("encodeSmallestFast", func(k *kchunk) {
+		w := escWriter{idx: escIdx, exp: escExp}
+		encodeSmallestFast(k.x, sm[:], code[:], &fs, &sym, table, sbase, 0, &w)
+	})
 	var dt smallestDecTables
+	dt.build(table, f)
 	b.Run("buildDecTables", func(b *testing.B) {
 		for b.Loop() {
 			dt.built = false
@@ -111,6 +117,12 @@ func BenchmarkKernel(b *testing.B) {
 	run("decodeSmallest", func(k *kchunk) {
 		r := escReader{idx: k.escIdxS, exp: k.escExpS, end: k.nescS}
 		if err := decodeSmallest(k.code1, k.seg2, k.seg3, k.smS, out, f, &dt, sbase, 0, &r, buf2[:], buf3[:]); err != nil {
+			b.Fatal(err)
+		}
+	})
+	run("decodeSmallestFast", func(k *kchunk) {
+		r := escReader{idx: k.escIdxS, exp: k.escExpS, end: k.nescS}
+		if err := decodeSmallestFast(k.code1, k.seg2, k.seg3, k.smS, out, &dt, sbase, 0, &r, &fs); err != nil {
 			b.Fatal(err)
 		}
 	})

@@ -203,7 +203,8 @@ type smallestEnc struct {
 	overflowed bool
 }
 
-// encodeSmallest codes the elements x of one chunk: level-1 codes to code1
+// encodeSmallest codes the elements x of one chunk (generic version; see
+// encodeSmallestFast): level-1 codes to code1
 // (ceil(len(x)/4) bytes), level-2 and level-3 segments to buf2 and buf3
 // (seg2Buf and seg3Buf bytes of scratch), escapes to esc, and for bf16 the
 // sign+mantissa bytes to sm. start is the group index of x[0]. It returns
@@ -216,74 +217,12 @@ func encodeSmallest(x []uint16, sm, code1, buf2, buf3 []byte, f field, sym *[256
 	if f.bf16 {
 		st.sm = sm[:n]
 	}
-	i := 0
-	if f.bf16 && littleEndian {
-		xb := u16bytes(x[:n&^3])
-		for {
-			i = encodeSmallestBF16(xb, st.sm, st.code1, sym, base, i, &st.w2, &st.w3)
-			if i+4 > n || st.w2.q+8 > len(st.w2.buf) || st.w3.q+8 > len(st.w3.buf) {
-				break
-			}
-			st.block(i) // a block with an escape
-			i += 4
-		}
-	}
-	for ; i < n; i += 4 {
+	for i := 0; i < n; i += 4 {
 		st.block(i)
 	}
 	len2, ok2 := st.w2.finish()
 	len3, ok3 := st.w3.finish()
 	return len2, len3, ok2 && ok3 && !st.overflowed && len2 <= maxSeg2 && len3 <= maxSeg3
-}
-
-// encodeSmallestBF16 codes bf16 elements (as bytes xb, a multiple of four
-// elements) from i on, four at a time, until the end or a block with an
-// escape, which it leaves for smallestEnc.block; it returns where it
-// stopped.
-func encodeSmallestBF16(xb, sm, code1 []byte, sym *[256]uint8, base uint8, i int, w2, w3 *bitWriter) int {
-	n := len(xb) / 2
-	buf2, acc2, nb2, q2 := w2.buf, w2.acc, w2.nb, w2.q
-	buf3, acc3, nb3, q3 := w3.buf, w3.acc, w3.nb, w3.q
-	bl := (0x4000 - uint64(base)) * lanes1
-	for ; i+4 <= n; i += 4 {
-		w := binary.LittleEndian.Uint64(xb[2*i : 2*i+8])
-		e := w >> 7 & lanesByte
-		te := encTable[(uint32(sym[uint8(e)])|uint32(sym[uint8(e>>16)])<<3|uint32(sym[uint8(e>>32)])<<6|uint32(sym[uint8(e>>48)])<<9)&4095]
-		if l3 := te >> 20 & 15; l3 != 0 {
-			// Level-3 codes e - base of the elements in l3, in order.
-			lt := &l3Table[l3]
-			a := e + bl // e - base + 0x4000: in the window iff bit 14 and no bit 15 after + 0x3FF1
-			if (^a&lanesBit14|(a+0x3FF1*lanes1)&lanesBit15)&lt.sel != 0 {
-				break // an escape
-			}
-			if q3+8 > len(buf3) {
-				break
-			}
-			a &= lt.sel4
-			acc3 |= (a&15<<(lt.sh&31) | a>>16&15<<(lt.sh>>8&31) | a>>32&15<<(lt.sh>>16&31) | a>>48<<(lt.sh>>24&31)) << (nb3 & 63)
-			nb3 += lt.bits
-			binary.LittleEndian.PutUint64(buf3[q3:q3+8], acc3)
-			q3 += int(nb3 >> 3)
-			acc3 >>= nb3 &^ 7
-			nb3 &= 7
-		}
-		if q2+8 > len(buf2) {
-			break
-		}
-		code1[i>>2] = byte(te)
-		s := (w>>8)&lanesBit7 | w&lanesLo7
-		s = (s | s>>8) & 0x0000FFFF0000FFFF
-		binary.LittleEndian.PutUint32(sm[i:i+4], uint32(s|s>>16))
-		acc2 |= uint64(te>>8&0xFF) << (nb2 & 63)
-		nb2 += uint(te >> 16 & 0xF)
-		binary.LittleEndian.PutUint64(buf2[q2:q2+8], acc2)
-		q2 += int(nb2 >> 3)
-		acc2 >>= nb2 &^ 7
-		nb2 &= 7
-	}
-	w2.acc, w2.nb, w2.q = acc2, nb2, q2
-	w3.acc, w3.nb, w3.q = acc3, nb3, q3
-	return i
 }
 
 // block codes the block of (up to) four elements at i, one at a time.
@@ -412,7 +351,8 @@ type smallestDec struct {
 	p2, p3     int // bits taken from the level-2 and level-3 segments
 }
 
-// decodeSmallest writes to x (len(x) elements) the exponents of one chunk
+// decodeSmallest (generic version; see decodeSmallestFast) writes to x
+// (len(x) elements) the exponents of one chunk
 // in place, from its level-1 codes and its level-2 and level-3 segments,
 // and for bf16 the sign+mantissa bytes sm; start is the group index of
 // x[0]; buf2 and buf3 are scratch (seg2Buf and seg3Buf bytes). It checks
@@ -430,21 +370,7 @@ func decodeSmallest(code1, seg2, seg3, sm []byte, x []uint16, f field, d *smalle
 	}
 	copy(st.buf2, seg2)
 	copy(st.buf3, seg3)
-	i := 0
-	if f.bf16 && littleEndian {
-		xb := u16bytes(x[:n&^3])
-		for {
-			i, st.p2, st.p3 = decodeSmallestBF16(st.code1, st.buf2, st.buf3, st.sm, xb, d, base, i, st.p2, st.p3)
-			if i+4 > n {
-				break
-			}
-			if err := st.block(i); err != nil { // a block with an escape
-				return err
-			}
-			i += 4
-		}
-	}
-	for ; i < n; i += 4 {
+	for i := 0; i < n; i += 4 {
 		if err := st.block(i); err != nil {
 			return err
 		}
@@ -460,40 +386,6 @@ func decodeSmallest(code1, seg2, seg3, sm []byte, x []uint16, f field, d *smalle
 		return errCorrupt(status.Corrupt, "group %d: level-1 padding bits after element %d are not zero", esc.gi, start+n-1)
 	}
 	return nil
-}
-
-// decodeSmallestBF16 decodes bf16 elements (into the bytes xb, a multiple
-// of four elements) from i on, four at a time, until the end or a block
-// with an escape code, which it leaves for smallestDec.block; it returns
-// where it stopped and the level-2 and level-3 bit positions there.
-func decodeSmallestBF16(code1, buf2, buf3, sm, xb []byte, d *smallestDecTables, base uint8, i, p2, p3 int) (int, int, int) {
-	n := len(xb) / 2
-	bl := uint64(base) * lanes1
-	for ; i+4 <= n; i += 4 {
-		b := code1[i>>2]
-		m := d.t1m[b]
-		// p2 < 2*i <= 8184 bits: the word read stays in buf2.
-		w2 := binary.LittleEndian.Uint64(buf2[(p2>>3)&1023:]) >> (p2 & 7)
-		w := d.t1[b] | d.t2[(uint64(m&0x3FF)+w2&uint64(m>>16&0xFF))&1023]
-		if fl := w & lanesBit15; fl != 0 {
-			// The elements flagged take the next level-3 codes, in order.
-			w ^= fl
-			lt := &l3Table[gatherBit15(fl)]
-			w3 := uint64(binary.LittleEndian.Uint32(buf3[(p3>>3)&2047:]) >> (p3 & 4))
-			c := (w3>>(lt.sh&31)&15 | (w3>>(lt.sh>>8&31)&15)<<16 | (w3>>(lt.sh>>16&31)&15)<<32 | (w3>>(lt.sh>>24&31)&15)<<48) & lt.sel4
-			if (c+lanes1)&lanesBit4 != 0 {
-				break // an escape
-			}
-			w |= (c + bl) << 7 & lt.sel
-			p3 += int(lt.bits)
-		}
-		p2 += int(m >> 24)
-		s := uint64(binary.LittleEndian.Uint32(sm[i : i+4]))
-		s = (s | s<<16) & 0x0000FFFF0000FFFF
-		s = (s | s<<8) & lanesByte
-		binary.LittleEndian.PutUint64(xb[2*i:2*i+8], w|(s&lanesBit7)<<8|s&lanesLo7)
-	}
-	return i, p2, p3
 }
 
 // block decodes the block of (up to) four elements at i, with escapes.

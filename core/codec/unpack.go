@@ -75,6 +75,7 @@ type decodeScratch struct {
 	buf2   [seg2Buf]byte
 	buf3   [seg3Buf]byte
 	tables smallestDecTables
+	fast   smallestScratch
 }
 
 // decodeUnits decodes units into dst, whose element 0 is element dst0 of
@@ -121,7 +122,13 @@ func (p *plan) decodeUnit(s *decodeScratch, u unit, dst []uint16) error {
 			}
 		} else {
 			seg2, seg3 := p.chunkSegments(gi, lo/ChunkElements)
-			if err := decodeSmallest(c, seg2, seg3, smc, out, f, &s.tables, grp.Base, lo, &esc, s.buf2[:], s.buf3[:]); err != nil {
+			var err error
+			if f.bf16 && littleEndian && !forceGeneric {
+				err = decodeSmallestFast(c, seg2, seg3, smc, out, &s.tables, grp.Base, lo, &esc, &s.fast)
+			} else {
+				err = decodeSmallest(c, seg2, seg3, smc, out, f, &s.tables, grp.Base, lo, &esc, s.buf2[:], s.buf3[:])
+			}
+			if err != nil {
 				return err
 			}
 		}
