@@ -184,7 +184,7 @@ class ExpertWeights:
             return out
         if self.fused() and x.dtype == torch.bfloat16:
             dt = self.expert(e)
-            return dt.linear(x, out=out, workspace=ws.linear(dt, x.shape[0], x.device))
+            return _fused_linear(dt, x, out, ws.linear(dt, x.shape[0], x.device))
         w = ws.weight(self.expert_shape, self.holder.dtype, x.device)
         self.decode(e, w)
         if w.dtype != x.dtype:
@@ -194,6 +194,25 @@ class ExpertWeights:
         else:
             torch.mm(x, w.t(), out=out)
         return out
+
+
+def _fused_linear(dt, x: torch.Tensor, out: torch.Tensor, workspace) -> torch.Tensor:
+    """dt.linear(x, out=out, workspace=workspace) without its per-call checks
+    (x and out are slices this module made: bf16, contiguous, on dt's device)."""
+    from .. import _gpu, _lib
+
+    c = getattr(dt, "_c", None)
+    if c is None:  # pragma: no cover - another DeviceTensor implementation
+        return dt.linear(x, out=out, workspace=workspace)
+    import ctypes
+
+    dev = dt.device
+    ws_ptr, ws_n = (workspace.data_ptr(), workspace.numel()) if workspace is not None else (None, 0)
+    st = _gpu._gpu().glyd_gpu_linear(dev.index, torch.cuda.current_stream(dev).cuda_stream, x.data_ptr(),
+                                     x.shape[0], ctypes.byref(c), None, out.data_ptr(), ws_ptr, ws_n)
+    if st:
+        _lib.check(st)
+    return out
 
 
 class _Workspace:
@@ -389,8 +408,12 @@ def _ffn(module, spec: _Spec, xs: torch.Tensor, counts, ids_sorted: Optional[tor
         return _grouped_apply(w2, h, counts, d)
     wi = expert_weights(module, spec.w_in, spec.transposed)
     wd = expert_weights(module, "down_proj", spec.transposed)
+    dense = _decode_all(module, spec, counts, xs)
     proj = xs.new_empty(rows, wi.out_features)
-    _grouped_apply(wi, xs, counts, proj)
+    if dense is not None:
+        proj = dense(wi, xs)
+    else:
+        _grouped_apply(wi, xs, counts, proj)
     if spec.bias_in is not None:
         proj += getattr(module, spec.bias_in)[ids_sorted]
     h = _gate(module, spec, proj)
@@ -399,10 +422,45 @@ def _ffn(module, spec: _Spec, xs: torch.Tensor, counts, ids_sorted: Optional[tor
     if not h.is_contiguous():
         h = h.contiguous()
     d = xs.new_empty(rows, wd.out_features)
-    _grouped_apply(wd, h, counts, d)
+    if dense is not None:
+        d = dense(wd, h)
+    else:
+        _grouped_apply(wd, h, counts, d)
     if spec.bias_out is not None:
         d += getattr(module, spec.bias_out)[ids_sorted]
     return d
+
+
+#: Default path with many routed experts (prompts): when at least this many
+#: experts, and half of all, receive tokens, decode them all in one call and run
+#: one grouped matmul (torch grouped_mm) instead of one fused call per expert,
+#: whose host cost grows with the experts hit. GLYD_MOE_DECODE_ALL overrides
+#: (0: never).
+DECODE_ALL_MIN = 24
+
+
+def _decode_all(module, spec: _Spec, counts, xs):
+    if xs.device.type != "cuda" or spec.all_experts:
+        return None
+    lim = int(os.environ.get("GLYD_MOE_DECODE_ALL", DECODE_ALL_MIN))
+    hit = sum(1 for c in counts if c)
+    if lim <= 0 or hit < lim or 2 * hit < spec.num_experts:
+        return None
+    from transformers.integrations.moe import _grouped_linear
+
+    cum, t = [], 0
+    for c in counts:
+        t += c
+        cum.append(t)
+    offs = torch.tensor(cum, dtype=torch.int32).to(xs.device, non_blocking=True)
+
+    def run(ew: ExpertWeights, x: torch.Tensor) -> torch.Tensor:
+        w = decode_groups(ew.holder, None)
+        if ew.num > len(counts):  # LongCat: rows of zero experts are never multiplied
+            w = w[:len(counts)]
+        return _grouped_linear(x, w, offs, is_transposed=ew.transposed)
+
+    return run
 
 
 def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor):
@@ -592,11 +650,18 @@ def decode_groups(holder, groups) -> torch.Tensor:
     if groups is None:
         ew.full().decode(out=buf)
         return buf
+    # Eager experts loops read the weight once per routed expert within one call:
+    # decode the call's experts once (the same groups object for the whole call).
+    memo = holder.__dict__.get("_glyd_memo")
+    key = holder._planes_key()
+    if memo is not None and memo[0] is groups and memo[1] == key and memo[2] is buf:
+        return buf
     view = holder._group_view(buf)
     for g in groups:
         g = int(g)
         if 0 <= g < n:
             ew.full().decode(out=view[g], group=g)
+    holder.__dict__["_glyd_memo"] = (groups, key, buf)
     return buf
 
 
@@ -681,3 +746,52 @@ def register() -> None:
         ExpertsInterface.register("glyd", _interface_fn)
     except Exception:  # transformers missing or too old: the hooks still work
         pass
+
+
+# ---- packing a module in memory (tests, benchmarks) ------------------------------------------------
+
+def pack_module(module, layout: str = "fixed12", workers: int = 0, exact: bool = False):
+    """Pack the weights of ``module`` (a model or a block such as a MoE layer) in
+    place, exactly as a Glyd checkpoint would hold them (same rules as
+    glyd.save_pretrained: linears and experts packed, routers kept), without
+    writing files. The planes stay on the module's device. Returns the module."""
+    from ..tensor import pack
+    from .families import pack_plan
+    from .modules import PackedWeight, install, scratch_key
+
+    by_module: dict = {}
+    for it in pack_plan(module):
+        by_module.setdefault(it.module, []).append(it)
+    for name, items in by_module.items():
+        m = module.get_submodule(name)
+        dev = None
+        holders = {}
+        for it in items:
+            p = m._parameters[it.attr]
+            dev = p.device
+            packed = pack(p.detach().to("cpu"), layout=layout, groups=it.groups, workers=workers)
+            h = PackedWeight.from_packed(it.attr, packed, scratch_key=scratch_key(name, it.attr))
+            h.cache_decoded = not it.experts
+            holders[it.attr] = h
+        install(m, name, holders, experts=items[0].experts, exact=exact)
+        if dev is not None and dev.type != "cpu":
+            for h in holders.values():
+                h.to(dev)
+                h.materialize_empty_planes()
+    attach(module)
+    return module
+
+
+def packed_bytes(module, experts_only: bool = True) -> tuple:
+    """(bf16 bytes, packed bytes) of the packed weights of module (experts only by default)."""
+    orig = packed = 0
+    for _, m in _m.iter_packed_modules(module):
+        if experts_only and not isinstance(m, _m.GlydExperts):
+            continue
+        for h in m.glyd_weights().values():
+            n = 1
+            for s in h.shape:
+                n *= s
+            orig += n * 2
+            packed += sum(p.numel() for p in h._parameters.values() if p is not None)
+    return orig, packed

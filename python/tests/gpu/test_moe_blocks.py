@@ -1,0 +1,77 @@
+"""MoE blocks at real sizes on the GPU (random weights randn * 0.02, one block each):
+Llama-4-Scout (hidden 5120, experts of 8192, 16 experts, top-1 + shared expert),
+Qwen3-30B-A3B (2048, 128 experts of 768, top-8), Mixtral-8x7B (4096, 8 experts of
+14336, top-2). Default mode within MOE_TOL of the bf16 block; exact=True
+torch.equal to it under the same experts implementation. Skipped without a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+_gpu = pytest.importorskip("glyd._gpu")
+if not torch.cuda.is_available() or not _gpu.available():
+    pytest.skip("no CUDA GPU (or libglyd finds no driver)", allow_module_level=True)
+
+from glyd.gpu.bench_moe import BLOCKS, impls, make_block, run, set_impl  # noqa: E402
+from glyd.transformers import gpu_experts  # noqa: E402
+from glyd.transformers.modules import set_exact  # noqa: E402
+
+DEV = torch.device("cuda", 0)
+
+#: Block output, elementwise: |got - ref| <= MOE_TOL * (|ref| + rms(ref)).
+MOE_TOL = 2.0 ** -5
+
+
+def close(got, ref, tol=MOE_TOL):
+    got, ref = got.float(), ref.float()
+    rms = ref.pow(2).mean().sqrt()
+    err = (got - ref).abs()
+    bad = err > tol * (ref.abs() + rms)
+    assert not bad.any(), f"{int(bad.sum())} of {ref.numel()} differ; max err {err.max():.3g}, rms {rms:.3g}"
+
+
+@pytest.fixture(scope="module", params=list(BLOCKS))
+def blocks(request):
+    name = request.param
+    ref = make_block(name, seed=7, device=DEV)
+    packed = gpu_experts.pack_module(copy.deepcopy(ref))
+    yield name, ref, packed
+    del ref, packed
+    gpu_experts.clear_scratch()
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 64, 300])
+def test_block(blocks, tokens):
+    name, ref, packed = blocks
+    g = torch.Generator(device=DEV).manual_seed(tokens)
+    x = torch.randn(2 if tokens == 300 else 1, tokens, BLOCKS[name][1], generator=g, device=DEV, dtype=torch.bfloat16)
+    own, others = impls(ref)
+    with torch.no_grad():
+        for impl in [own] + [i for i in others if i != "batched_mm" or tokens <= 64]:  # batched_mm copies
+            # every routed expert's weights per token: hundreds of GB at 600 tokens
+            set_impl(ref, impl)
+            set_impl(packed, impl)
+            want = run(ref, x)
+            set_exact(packed, False)
+            got = run(packed, x)
+            assert got.shape == want.shape and torch.isfinite(got).all()
+            close(got, want)
+            set_exact(packed, True)
+            got = run(packed, x)
+            assert torch.equal(got, want), f"{name} {impl}: exact differs, max {(got.float() - want.float()).abs().max()}"
+            set_exact(packed, False)
+
+
+def test_block_sizes(blocks):
+    name, ref, packed = blocks
+    orig, small = gpu_experts.packed_bytes(packed)
+    want = sum(p.numel() * 2 for n, p in ref.named_parameters() if n.startswith("experts."))
+    assert orig == want
+    assert small < 0.78 * orig  # fixed12: 12 bits + escapes + per-group metadata
