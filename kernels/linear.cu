@@ -477,9 +477,9 @@ __device__ __forceinline__ void linear_f12_async(const glyd_kparams &p, float *s
 // (MT, NT, WK, ST, min blocks per SM: registers capped so that many blocks
 // fit, each with (ST-1) k-blocks in flight per warp)
 GLYD_LINA(1, 1, 8, 4, 4)
-GLYD_LINA(1, 1, 8, 6, 3)
+GLYD_LINA(1, 1, 8, 8, 2)
 GLYD_LINA(1, 2, 8, 4, 4)
-GLYD_LINA(2, 1, 8, 3, 3)
+GLYD_LINA(2, 1, 8, 4, 2)
 GLYD_LINA(1, 1, 4, 8, 4)
 
 #define GLYD_LIN(MT, NT, WN, WK, U)                                                                   \

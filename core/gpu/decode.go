@@ -84,7 +84,7 @@ func Decode(dev int, stream uintptr, t *DeviceTensor, g int, dst uintptr) error 
 		switch t.Layout {
 		case codec.Fixed12:
 			if uint64(p.sm)%8 == 0 && uint64(p.code)%4 == 0 && uint64(p.dst)%16 == 0 && n >= 8 {
-				err = launch(dev, kDecodeF12Vec, gridFor(n/8, 256*8, sms*8), 1, 1, 256, 0, stream, &p)
+				err = launch(dev, kDecodeF12Vec, gridFor(n/8, 256*12, sms*3), 1, 1, 256, 0, stream, &p)
 			} else {
 				err = launch(dev, kDecodeF12Scalar, gridFor(n, 256, sms*16), 1, 1, 256, 0, stream, &p)
 			}

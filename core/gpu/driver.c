@@ -30,6 +30,7 @@ enum {
 	F_LOCAL_SIZE = 3,
 	F_NUM_REGS = 4,
 	F_MAX_DYNAMIC_SMEM = 8,
+	F_PREFERRED_SMEM_CARVEOUT = 9,
 };
 
 static struct {
@@ -241,6 +242,9 @@ static int load_locked(int dev, devstate *s, const void *image, const char *name
 				return GLYD_DRV_CUDA;
 			}
 		}
+		/* The streaming kernels keep their in-flight weights in shared memory:
+		 * ask for the largest shared-memory carveout (a hint; L1 gets the rest). */
+		cu.FuncSetAttribute(s->fn[i], F_PREFERRED_SMEM_CARVEOUT, 100);
 		p += strlen(p) + 1;
 	}
 	s->nfn = nk;

@@ -145,7 +145,7 @@ func init() {
 }
 
 // maxDynSmem is the largest dynamic shared memory any configuration asks for.
-const maxDynSmem = 100 * 1024
+const maxDynSmem = 110 * 1024
 
 type device struct {
 	once sync.Once

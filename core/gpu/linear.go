@@ -67,9 +67,9 @@ var linConfigs = []linConfig{
 	{2, 8, 8, 1, 1, false},
 	{2, 16, 4, 1, 1, false},
 	{1, 1, 1, 8, 4, true},
-	{1, 1, 1, 8, 6, true},
+	{1, 1, 1, 8, 8, true},
 	{1, 2, 1, 8, 4, true},
-	{2, 1, 1, 8, 3, true},
+	{2, 1, 1, 8, 4, true},
 	{1, 1, 1, 4, 8, true},
 }
 
@@ -78,19 +78,16 @@ func pickConfig(rows int64) int {
 	if f := forced.Load(); f > 0 {
 		return int(f - 1)
 	}
+	// From the configuration sweep on the H200 (docs/PERFORMANCE-GPU.md).
 	switch {
 	case rows <= 8:
-		return 9
+		return 1 // m1n1w1k8u1
 	case rows <= 16:
-		return 11
-	case rows <= 32:
-		return 3
+		return 2 // m1n2w1k8u2
 	case rows <= 64:
-		return 4
-	case rows <= 128:
-		return 6
+		return 3 // m1n4w2k4u1
 	default:
-		return 5
+		return 8 // m2n16w4k1u1
 	}
 }
 

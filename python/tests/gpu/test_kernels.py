@@ -195,7 +195,7 @@ def test_linear_every_config():
     dt = _gpu.DeviceTensor(p, DEV)
     names = sorted({dt.linear_kernel(r) for r in (1, 16, 32, 64, 128, 192, 2048)})
     names += ["glyd_lin_f12_m1n1w1k8u1", "glyd_lin_f12_m2n8w8k1u1", "glyd_lin_f12_m2n16w4k1u1",
-              "glyd_lin_f12_m1n16w8k1u1", "glyd_lin_f12a_m1n1k8s6", "glyd_lin_f12a_m2n1k8s3",
+              "glyd_lin_f12_m1n16w8k1u1", "glyd_lin_f12a_m1n1k8s8", "glyd_lin_f12a_m2n1k8s4", "glyd_lin_f12a_m1n1k8s4",
               "glyd_lin_f12a_m1n1k4s8", "generic"]
     try:
         for name in names:
