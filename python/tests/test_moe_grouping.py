@@ -56,12 +56,16 @@ def _capture(model, inputs):
     return calls
 
 
+@pytest.mark.parametrize("nosync", [False, True], ids=["routed", "nosync"])
 @pytest.mark.parametrize("model_type", MOE_TYPES)
-def test_grouped_path_matches_family_forward(model_type, packed_dir, monkeypatch):
+def test_grouped_path_matches_family_forward(model_type, nosync, packed_dir, monkeypatch):
     model = glyd.from_pretrained(packed_dir(model_type, "fixed12"))
     calls = _capture(model, model_inputs(model_type))
     assert calls, "no experts module ran"
     monkeypatch.setattr(gpu_experts, "_FORCE", True)
+    # routed: one host synchronization, then one matmul per routed expert;
+    # nosync: every expert decoded, one grouped matmul, no synchronization
+    monkeypatch.setenv("GLYD_MOE_NOSYNC_PAIRS", "1" if nosync else "0")
     n = 0
     for mod, args, kwargs, ref in calls:
         if isinstance(mod, GlydExperts) and gpu_experts.spec_of(mod).kind == "glu2d":

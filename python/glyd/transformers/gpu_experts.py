@@ -463,6 +463,63 @@ def _decode_all(module, spec: _Spec, counts, xs):
     return run
 
 
+#: Default path without any host synchronization (capturable in CUDA graphs)
+#: when there are at least this many (token, expert) pairs per expert, so that
+#: nearly every expert is routed to anyway: all experts decoded in one call,
+#: one torch grouped_mm over the pairs sorted by expert, offsets on the device.
+#: Decided from shapes only. GLYD_MOE_NOSYNC_PAIRS overrides (0: never).
+NOSYNC_PAIRS_PER_EXPERT = 4
+
+
+def nosync(spec: _Spec, pairs: int, device) -> bool:
+    """True when the default path for `pairs` (token, expert) pairs never waits for
+    the host (decode all experts + grouped_mm), hence can be captured in a CUDA graph."""
+    if (device.type != "cuda" and not _FORCE) or spec.kind != "fused" or spec.all_experts or not spec.num_experts:
+        return False
+    per = int(os.environ.get("GLYD_MOE_NOSYNC_PAIRS", NOSYNC_PAIRS_PER_EXPERT))
+    return per > 0 and pairs >= per * spec.num_experts
+
+
+def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Tensor, w2: torch.Tensor):
+    """As _routed_forward, with no host synchronization (as transformers' grouped_mm)."""
+    from transformers.integrations.moe import _grouped_linear
+
+    T, k = idx2.shape
+    H = x.shape[-1]
+    E, Z = spec.num_experts, spec.num_total
+    flat = idx2.reshape(-1).to(torch.int64)
+    if validate_enabled(module):
+        _check_routing(module, flat, Z)
+    ok = (flat >= 0) & (flat < Z)
+    ids = torch.where(ok, flat, torch.full_like(flat, Z))      # dropped ids sort last
+    ids_sorted, perm = torch.sort(ids, stable=True)
+    counts = torch.histc(ids_sorted.int() if x.device.type == "cuda" else ids_sorted.float(), bins=E, min=0, max=E - 1)
+    offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
+    real = (ids_sorted < E).unsqueeze(-1)
+    xs = x.index_select(0, perm // k)
+    ids_c = ids_sorted.clamp(max=E - 1)
+    wi = expert_weights(module, spec.w_in, spec.transposed)
+    wd = expert_weights(module, "down_proj", spec.transposed)
+    w_in = decode_groups(wi.holder, None)[:E]
+    proj = _grouped_linear(xs.masked_fill(~real, 0), w_in, offs, is_transposed=spec.transposed)
+    if spec.bias_in is not None:
+        proj = proj + getattr(module, spec.bias_in)[ids_c]
+    proj = proj.masked_fill(~real, 0)  # rows past offs[-1] are left uninitialized by grouped_mm
+    h = _gate(module, spec, proj)
+    if h.dtype != x.dtype:
+        h = h.to(x.dtype)
+    w_down = decode_groups(wd.holder, None)
+    d = _grouped_linear(h.contiguous(), w_down, offs, is_transposed=spec.transposed)
+    if spec.bias_out is not None:
+        d = d + getattr(module, spec.bias_out)[ids_c]
+    wsel = w2.reshape(-1)[perm].float().unsqueeze(-1)
+    out = torch.where(real, d.float(), xs.float()) * wsel          # identity for zero experts
+    out = out.masked_fill((ids_sorted >= Z).unsqueeze(-1), 0)      # dropped pairs
+    pairs = torch.empty_like(out)
+    pairs.index_copy_(0, perm, out)
+    return pairs.view(T, k, H).sum(dim=1)
+
+
 def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor):
     """hidden [..., H], idx/weights [T, k]: sum_k w[t,k] * expert_{idx[t,k]}(x[t])."""
     H = hidden.shape[-1]
@@ -473,6 +530,8 @@ def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor
     k = idx.shape[-1] if idx.dim() > 1 else 1
     idx2 = idx.reshape(T, k)
     w2 = weights.reshape(T, k)
+    if nosync(spec, T * k, x.device):
+        return _routed_forward_nosync(module, spec, x, idx2, w2).to(hidden.dtype).view(hidden.shape)
     perm, ids_sorted, counts = _route(module, idx2, spec.num_total)
     n_real = sum(counts[:spec.num_experts])
     n_zero = sum(counts[spec.num_experts:spec.num_total])
@@ -640,10 +699,17 @@ def decode_groups(holder, groups) -> torch.Tensor:
     decoded bit-exactly, in a device scratch buffer shared by the layers (the
     other experts hold stale values: no token is routed to them). groups None: all."""
     dev = holder.device
-    if holder.dtype != torch.bfloat16:  # the GPU kernels take bf16: decode on the CPU
+    if holder.dtype != torch.bfloat16 and dev.type != "cpu":  # the GPU kernels take bf16: decode on the CPU
         w = holder.packed().unpack()
         return w.to(dev)
     buf = _scratch(holder.scratch_key, holder.shape, holder.dtype, dev)
+    if dev.type == "cpu":  # tests of this module's logic without a GPU
+        if groups is None:
+            return holder.packed().unpack(out=buf)
+        for g in groups:
+            if 0 <= int(g) < holder.num_groups:
+                holder.packed().unpack_group(int(g), out=holder._group_view(buf)[int(g)])
+        return buf
     ew = holder.__dict__.get("_glyd_ew") or ExpertWeights(holder, False)
     holder.__dict__.setdefault("_glyd_ew", ew)
     n = holder.num_groups
