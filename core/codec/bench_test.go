@@ -47,13 +47,12 @@ func BenchmarkPack(b *testing.B) {
 	for _, l := range []codec.Layout{codec.Fixed12, codec.Smallest} {
 		for _, w := range benchWorkers() {
 			b.Run(l.String()+"/workers="+strconv.Itoa(w), func(b *testing.B) {
-				b.SetBytes(2 * int64(len(src)))
 				b.ReportAllocs()
-				for b.Loop() {
+				codec.ReportCPU(b, 2*int64(len(src)), func() {
 					if _, err := codec.Pack(src, codec.BF16, []int64{4096, int64(len(src) / 4096)}, codec.Options{Layout: l, Workers: w}); err != nil {
 						b.Fatal(err)
 					}
-				}
+				})
 			})
 		}
 	}
@@ -70,13 +69,12 @@ func BenchmarkUnpack(b *testing.B) {
 		}
 		for _, w := range benchWorkers() {
 			b.Run(l.String()+"/workers="+strconv.Itoa(w), func(b *testing.B) {
-				b.SetBytes(2 * int64(len(src)))
 				b.ReportAllocs()
-				for b.Loop() {
+				codec.ReportCPU(b, 2*int64(len(src)), func() {
 					if err := codec.Unpack(t, dst, w); err != nil {
 						b.Fatal(err)
 					}
-				}
+				})
 			})
 		}
 	}
@@ -91,12 +89,11 @@ func BenchmarkVerify(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Run(l.String(), func(b *testing.B) {
-			b.SetBytes(2 * int64(len(src)))
-			for b.Loop() {
+			codec.ReportCPU(b, 2*int64(len(src)), func() {
 				if err := codec.Verify(t, 0); err != nil {
 					b.Fatal(err)
 				}
-			}
+			})
 		})
 	}
 }
