@@ -70,6 +70,8 @@ def test_grouped_path_matches_family_forward(model_type, nosync, packed_dir, mon
     for mod, args, kwargs, ref in calls:
         if isinstance(mod, GlydExperts) and gpu_experts.spec_of(mod).kind == "glu2d":
             continue  # DBRX's GLU gets decoded weights; its parent is checked instead
+        if "forward" not in mod.__dict__:
+            assert gpu_experts.path_of(mod, args, kwargs) != "exact", "the fused path does not cover this call"
         with torch.no_grad():
             got = mod.forward(*args, **kwargs) if "forward" in mod.__dict__ else \
                 gpu_experts.experts_forward(mod, *args, **kwargs)

@@ -291,6 +291,14 @@ def _nparams(fn) -> int:
         return -1
 
 
+def _family_forward(module):
+    """The forward of the family's own class (not of the Glyd mixins)."""
+    for c in type(module).__mro__:
+        if not issubclass(c, _m.GlydModule) and "forward" in c.__dict__:
+            return c.__dict__["forward"]
+    return type(module).forward
+
+
 def spec_of(module) -> _Spec:
     s = module.__dict__.get("_glyd_moe_spec")
     if s is not None:
@@ -331,7 +339,7 @@ def spec_of(module) -> _Spec:
         bi = s.w_in + "_bias"
         s.bias_in = bi if p.get(bi) is not None else None
         s.bias_out = "down_proj_bias" if p.get("down_proj_bias") is not None else None
-        s.all_experts = _nparams(type(module).forward) == 1
+        s.all_experts = _nparams(_family_forward(module)) == 1
     elif set(holders) >= {"w1", "v1", "w2"}:
         s.kind = "glu2d"
         s.num_experts = s.num_total = holders["w1"].num_groups
@@ -618,6 +626,26 @@ def experts_forward(module, *args, **kwargs):
     return _exact_forward(module, args, kwargs)
 
 
+def path_of(module, args, kwargs) -> str:
+    """Which default path experts_forward takes for this call: "grouped" (JetMoE,
+    Aria), "all-experts" (Llama 4), "routed", "nosync", or "exact" (fallback:
+    unsupported dtype or layout)."""
+    x = args[0]
+    spec = spec_of(module)
+    if spec.kind == "unknown" or not _supported(module, x):
+        return "exact"
+    if spec.kind == "grouped":
+        return "grouped"
+    if spec.kind == "fused" and spec.all_experts:
+        return "all-experts"
+    if spec.kind == "fused":
+        idx, _ = _routing_args(module, args, kwargs)
+        if idx is None:
+            return "exact"
+        return "nosync" if nosync(spec, idx.numel(), x.device) else "routed"
+    return "exact"
+
+
 def _routing_args(module, args, kwargs):
     pos = type(module).__dict__.get("_glyd_routing_arg", getattr(module, "_glyd_routing_arg", None))
     if pos is None:
@@ -668,12 +696,21 @@ def routed_groups(module, args, kwargs):
     n = spec.num_total or max((h.num_groups for h in module.glyd_weights().values()), default=0)
     if validate_enabled(module):
         _check_routing(module, idx, n)
+    if nosync(spec, idx.numel(), idx.device):
+        return AllGroups()  # prompts: every expert, decoded without waiting for the routing
     ids = torch.unique(idx.detach().reshape(-1)).tolist()
     groups = [i for i in ids if 0 <= i < n]
     if len(groups) != len(ids) and n:
         # expert-parallel sentinels: batched_mm clamps them to the last expert (weight 0)
         groups.append(n - 1)
     return groups
+
+
+class AllGroups:
+    """Every group, decoded once per call (a new object per call)."""
+
+    def __iter__(self):
+        raise TypeError("AllGroups means every group")
 
 
 _SCRATCH: dict = {}
@@ -703,6 +740,12 @@ def decode_groups(holder, groups) -> torch.Tensor:
         w = holder.packed().unpack()
         return w.to(dev)
     buf = _scratch(holder.scratch_key, holder.shape, holder.dtype, dev)
+    if isinstance(groups, AllGroups):
+        memo = holder.__dict__.get("_glyd_memo")
+        if memo is not None and memo[0] is groups and memo[2] is buf:
+            return buf
+        holder.__dict__["_glyd_memo"] = (groups, holder._planes_key(), buf)
+        groups = None
     if dev.type == "cpu":  # tests of this module's logic without a GPU
         if groups is None:
             return holder.packed().unpack(out=buf)

@@ -117,6 +117,7 @@ def test_default_mode_close(model_type, layout, packed_dir):
                 want = mod.forward(*args, **kwargs)
             mod.mlp.exact = False
         else:
+            assert gpu_experts.path_of(mod, args, kwargs) != "exact", "the fused path does not cover this call"
             with torch.no_grad():
                 want = gpu_experts._exact_forward(mod, args, kwargs)
         assert out.shape == want.shape
