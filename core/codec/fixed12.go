@@ -83,7 +83,7 @@ func encodeFixed12(x []uint16, sm, code []byte, f field, base uint8, start int, 
 		sm = sm[:n]
 	}
 	i := 0
-	if f.bf16 && littleEndian {
+	if f.bf16 && littleEndian && !forceGeneric {
 		xb := u16bytes(x)
 		for {
 			i = encodeFixed12BF16(xb, sm, code, base, i)
@@ -173,7 +173,7 @@ func decodeFixed12(code, sm []byte, x []uint16, f field, base uint8, start int, 
 		sm = sm[:n]
 	}
 	i := 0
-	if f.bf16 && littleEndian {
+	if f.bf16 && littleEndian && !forceGeneric {
 		xb := u16bytes(x)
 		for {
 			i = decodeFixed12BF16(code, sm, xb, base, i)

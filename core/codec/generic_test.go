@@ -1,0 +1,36 @@
+package codec_test
+
+import (
+	"testing"
+
+	"github.com/glyd/glyd/core/codec"
+)
+
+// TestGenericPaths runs bf16 through the generic (block at a time) coders
+// that fp16 and big-endian machines use, and checks that they produce the
+// same bytes as the fast chunk coders and decode the same.
+func TestGenericPaths(t *testing.T) {
+	inputs := map[string][]uint16{
+		"patterns": allPatterns(3, 0x3C00),
+		"sparse":   randnBF16(3*4096+77, 0.02, 8),
+		"small":    randnBF16(13, 0.02, 9),
+	}
+	sp := inputs["sparse"]
+	for p := 0; p < len(sp); p += 37 {
+		sp[p] = uint16(p * 40503)
+	}
+	for name, x := range inputs {
+		for _, l := range layouts {
+			fast, err := codec.Pack(x, codec.BF16, []int64{int64(len(x))}, codec.Options{Layout: l})
+			if err != nil {
+				t.Fatal(err)
+			}
+			restore := codec.SetForceGeneric(true)
+			gen := checkRoundTrip(t, x, codec.BF16, []int64{int64(len(x))}, codec.Options{Layout: l})
+			restore()
+			if !sameTensor(fast, gen) {
+				t.Fatalf("%s %v: the generic and fast encoders give different bytes", name, l)
+			}
+		}
+	}
+}
