@@ -289,11 +289,15 @@ class GlydExperts(GlydModule):
             return hook(self, *args, **kwargs)
         routed = GPU_HOOKS.get("routed_groups") if cuda else None
         if routed is not None:  # exact on a GPU: decode only the experts this call reads
-            self.__dict__["_glyd_active"] = routed(self, args, kwargs)
+            groups = routed(self, args, kwargs)
+            if groups is None:  # unknown here (e.g. set by a parent module): leave it
+                return super().forward(*args, **kwargs)
+            prev = self.__dict__.get("_glyd_active")
+            self.__dict__["_glyd_active"] = groups
             try:
                 return super().forward(*args, **kwargs)
             finally:
-                self.__dict__["_glyd_active"] = None
+                self.__dict__["_glyd_active"] = prev
         pos = self._glyd_routing_arg
         if pos is None:
             return super().forward(*args, **kwargs)
