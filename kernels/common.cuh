@@ -8,20 +8,23 @@
 
 // Weights are read exactly once: load through the non-coherent path and do not
 // allocate them in L1, so L1 keeps the activations that every warp re-reads.
+// L2::256B asks L2 to fetch the whole 256-byte block around each request:
+// a warp touches 64 bytes of each of 16 weight rows per load, and the
+// neighbouring warps the next 64 bytes, so DRAM sees longer bursts.
 __device__ __forceinline__ uint4 ld_stream16(const void *p) {
 	uint4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
 	             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
 	return v;
 }
 __device__ __forceinline__ uint2 ld_stream8(const void *p) {
 	uint2 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
 	return v;
 }
 __device__ __forceinline__ uint32_t ld_stream4(const void *p) {
 	uint32_t v;
-	asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
 	return v;
 }
 // Activations: re-read by every warp of the block and by neighbouring blocks;
@@ -67,11 +70,11 @@ __device__ __forceinline__ float bf16_to_f32(uint32_t bits16) {
 // 8-byte copies need .ca.
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
 	const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+	asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
 	const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-	asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
+	asm volatile("cp.async.ca.shared.global.L2::256B [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>

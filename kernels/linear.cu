@@ -196,7 +196,7 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 
 template <int MT, int NT, int WN, int WK, int U, bool SAFE>
 __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
-	constexpr int ROWS = 16 * MT * WN, TB = 8 * NT, FR = MT * NT * 4;
+	constexpr int ROWS = 16 * MT * WN, TB = 8 * NT;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int wn = warp % WN, wk = warp / WN;
 	const int g = lane >> 2, t = lane & 3;
