@@ -123,6 +123,7 @@ def main(argv=None) -> int:
     ap.add_argument("--distinct", type=int, default=2, help="distinct random matrices per shape")
     ap.add_argument("--per-shape", default="1,64", help="token counts for the per-shape table")
     ap.add_argument("--sweep", default="", help="token counts for the configuration sweep")
+    ap.add_argument("--sweep-shapes", default="", help="token counts for a per-shape configuration sweep")
     ap.add_argument("--decode", action="store_true", help="decode throughput table")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default="", help="also write the results here")
@@ -192,6 +193,32 @@ def main(argv=None) -> int:
                     force_kernel(None)
             results["sweep"].append(dict(tokens=t, ms=dict(zip(names, row))))
             print(f"| {t} | " + " | ".join(f"{v:.3f}" for v in row) + " |", flush=True)
+
+    if args.sweep_shapes:
+        from .._gpu import force_kernel
+
+        names = _kernel_names()
+        print("\n## Per-shape configuration sweep (glyd ms for all layers of one shape; best marked *)")
+        print("| tokens | shape | bf16 ms | " + " | ".join(n.replace("glyd_lin_f12_", "").replace("glyd_lin_f12a_", "a:") for n in names) + " |")
+        print("|---:|---|---:|" + "---:|" * len(names))
+        for t in [int(v) for v in args.sweep_shapes.split(",") if v]:
+            for sh in sets:
+                bf, _ = step_fns(sets, t, sh["name"])
+                tb = _time_graph(bf, max(5, args.reps // 2))
+                row = []
+                for n in names:
+                    force_kernel(n)
+                    try:
+                        _, gl = step_fns(sets, t, sh["name"])
+                        row.append(_time_graph(gl, max(5, args.reps // 2)))
+                    except Exception as e:
+                        row.append(float("nan"))
+                        print(f"# {n}: {e}", file=sys.stderr)
+                    finally:
+                        force_kernel(None)
+                best = min(range(len(row)), key=lambda i: row[i] if row[i] == row[i] else 1e9)
+                results.setdefault("sweep_shapes", []).append(dict(tokens=t, shape=sh["name"], bf16_ms=tb, ms=dict(zip(names, row))))
+                print(f"| {t} | {sh['name']} | {tb:.3f} | " + " | ".join(f"{v:.3f}{'*' if i == best else ''}" for i, v in enumerate(row)) + " |", flush=True)
 
     if args.decode:
         print("\n## Decode packed -> bf16 in HBM (all layers of a shape, CUDA graph)")
