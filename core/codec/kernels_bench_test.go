@@ -128,3 +128,31 @@ func BenchmarkKernel(b *testing.B) {
 	})
 	run("crc", func(k *kchunk) { crcUpdate(0, k.x) })
 }
+
+// BenchmarkPasses times the passes of the fast Smallest encoder one by one.
+func BenchmarkPasses(b *testing.B) {
+	cs, _, table, sbase, sym := kernelData()
+	var s smallestScratch
+	var c1 chunkL1
+	var sm chunkSM
+	_ = table
+	run := func(name string, fn func(k *kchunk)) {
+		b.Run(name, func(b *testing.B) {
+			i := 0
+			reportCPU(b, 2*ChunkElements, func() {
+				fn(&cs[i%kernelChunks])
+				i++
+			})
+		})
+	}
+	run("A", func(k *kchunk) { smallestEncA(asChunkX(k.x), &c1, &s.te, &sym) })
+	run("SM", func(k *kchunk) { splitSMChunk(asChunkX(k.x), &sm) })
+	smallestEncA(asChunkX(cs[0].x), &c1, &s.te, &sym)
+	run("B", func(k *kchunk) { smallestEncB(&s.te, &s.buf2) })
+	run("L", func(k *kchunk) { smallestEncL(&s.te, &s.l3) })
+	nl3 := smallestEncL(&s.te, &s.l3)
+	run("C", func(k *kchunk) {
+		w := bitWriter{buf: s.buf3[:]}
+		smallestEncC(asChunkX(cs[0].x), &s.l3, nl3, &s.buf3, sbase, 0, &w)
+	})
+}

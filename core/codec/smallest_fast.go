@@ -72,8 +72,10 @@ func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, sym *[
 		xs, sms, c1s = s.x[:], s.sm[:], s.c1[:]
 	}
 	xb := asChunkX(xs)
-	smallestEncA(xb, (*chunkL1)(c1s), (*chunkSM)(sms), &s.te, sym)
-	len2, nl3 := smallestEncB(&s.te, &s.buf2, &s.l3)
+	smallestEncA(xb, (*chunkL1)(c1s), &s.te, sym)
+	splitSMChunk(xb, (*chunkSM)(sms))
+	len2 = smallestEncB(&s.te, &s.buf2)
+	nl3 := smallestEncL(&s.te, &s.l3)
 	w3 := bitWriter{buf: s.buf3[:]}
 	for i := 0; ; i++ {
 		i = smallestEncC(xb, &s.l3, nl3, &s.buf3, base, i, &w3)
@@ -110,48 +112,64 @@ func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, sym *[
 }
 
 // smallestEncA is the encoder's pass A for bf16: each block's encTable
-// entry to te, its level-1 byte to c1 and its sign+mantissa bytes to sm.
-func smallestEncA(xb *chunkX, c1 *chunkL1, sm *chunkSM, te *[blocksPerChunk]uint32, sym *[256]uint8) {
-	for blk := 0; blk < blocksPerChunk; blk += 2 {
-		w0 := binary.LittleEndian.Uint64(xb[8*blk : 8*blk+8])
-		w1 := binary.LittleEndian.Uint64(xb[8*blk+8 : 8*blk+16])
-		e0, e1 := w0>>7, w1>>7
-		t0 := encTable[(uint32(sym[uint8(e0)])|uint32(sym[uint8(e0>>16)])<<3|uint32(sym[uint8(e0>>32)])<<6|uint32(sym[uint8(e0>>48)])<<9)&4095]
-		t1 := encTable[(uint32(sym[uint8(e1)])|uint32(sym[uint8(e1>>16)])<<3|uint32(sym[uint8(e1>>32)])<<6|uint32(sym[uint8(e1>>48)])<<9)&4095]
-		binary.LittleEndian.PutUint16(c1[blk:blk+2], uint16(byte(t0))|uint16(byte(t1))<<8)
-		te[blk] = t0
-		te[blk+1] = t1
+// entry to te and its level-1 byte to c1.
+func smallestEncA(xb *chunkX, c1 *chunkL1, te *[blocksPerChunk]uint32, sym *[256]uint8) {
+	for blk := 0; blk < blocksPerChunk; blk++ {
+		e := binary.LittleEndian.Uint64(xb[8*blk:8*blk+8]) >> 7
+		t := encTable[(uint32(sym[uint8(e)])|uint32(sym[uint8(e>>16)])<<3|uint32(sym[uint8(e>>32)])<<6|uint32(sym[uint8(e>>48)])<<9)&4095]
+		c1[blk] = byte(t)
+		te[blk] = t
+	}
+}
+
+// splitSMChunk writes the sign+mantissa bytes of a chunk of bf16 elements.
+func splitSMChunk(xb *chunkX, sm *chunkSM) {
+	for i := 0; i < ChunkElements; i += 8 {
+		w0 := binary.LittleEndian.Uint64(xb[2*i : 2*i+8])
+		w1 := binary.LittleEndian.Uint64(xb[2*i+8 : 2*i+16])
 		s0 := (w0>>8)&lanesBit7 | w0&lanesLo7
 		s1 := (w1>>8)&lanesBit7 | w1&lanesLo7
 		s0 = (s0 | s0>>8) & 0x0000FFFF0000FFFF
 		s1 = (s1 | s1>>8) & 0x0000FFFF0000FFFF
-		binary.LittleEndian.PutUint64(sm[4*blk:4*blk+8], (s0|s0>>16)&0xFFFFFFFF|(s1|s1>>16)<<32)
+		binary.LittleEndian.PutUint64(sm[i:i+8], (s0|s0>>16)&0xFFFFFFFF|(s1|s1>>16)<<32)
 	}
 }
 
 // smallestEncB is the encoder's pass B: the level-2 segment from the
-// encTable entries te, and the list of blocks with level-3 codes (block<<4
-// | mask) in l3. It returns the segment's length in bytes and the number
-// of those blocks.
-func smallestEncB(te *[blocksPerChunk]uint32, buf *[fastSeg2Buf]byte, l3 *[blocksPerChunk]uint16) (int, int) {
+// encTable entries te. It returns the segment's length in bytes. Four
+// blocks' level-2 bits (at most 32) are joined before they are appended,
+// which shortens the loop-carried chain.
+func smallestEncB(te *[blocksPerChunk]uint32, buf *[fastSeg2Buf]byte) int {
 	var acc uint64
-	var nb, q, k uint
-	for blk, t := range te {
-		acc |= uint64(t>>8&0xFF) << (nb & 63)
-		nb += uint(t >> 16 & 0xF)
+	var nb, q uint
+	for blk := 0; blk < blocksPerChunk; blk += 4 {
+		t0, t1, t2, t3 := te[blk], te[blk+1], te[blk+2], te[blk+3]
+		n0, n1, n2 := t0>>16&0xF, t1>>16&0xF, t2>>16&0xF
+		v := uint64(t0>>8&0xFF) | uint64(t1>>8&0xFF)<<(n0&31) | uint64(t2>>8&0xFF)<<((n0+n1)&31) | uint64(t3>>8&0xFF)<<((n0+n1+n2)&31)
+		acc |= v << (nb & 63)
+		nb += uint(n0 + n1 + n2 + t3>>16&0xF)
 		i := q & (2*maxSeg2 - 1) // q <= maxSeg2: no wrap
 		binary.LittleEndian.PutUint64(buf[i:i+8], acc)
 		q += nb >> 3
 		acc >>= nb & 56
 		nb &= 7
-		m := t >> 20 & 15
-		l3[k&(blocksPerChunk-1)] = uint16(blk<<4) | uint16(m)
-		k += uint((m + 15) >> 4) // 1 if the block takes level-3 codes
 	}
 	if nb > 0 {
 		q++ // the last byte was written by the last store
 	}
-	return int(q), int(k)
+	return int(q)
+}
+
+// smallestEncL lists the blocks with level-3 codes (block<<4 | mask) in l3
+// and returns their number.
+func smallestEncL(te *[blocksPerChunk]uint32, l3 *[blocksPerChunk]uint16) int {
+	k := 0
+	for blk, t := range te {
+		m := t >> 20 & 15
+		l3[k&(blocksPerChunk-1)] = uint16(blk<<4) | uint16(m)
+		k += int((m + 15) >> 4) // 1 if the block takes level-3 codes
+	}
+	return k
 }
 
 // smallestEncC is the encoder's pass C: the level-3 codes of the blocks
