@@ -92,3 +92,52 @@ func TestGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestHandMade decodes tensors written by hand from docs/LAYOUTS.md (the
+// same ones internal/ref checks itself against) with the fast decoder.
+func TestHandMade(t *testing.T) {
+	le64 := func(v uint64) []byte {
+		b := make([]byte, 8)
+		for i := range b {
+			b[i] = byte(v >> (8 * i))
+		}
+		return b
+	}
+	f12 := &codec.Tensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: []int64{3},
+		Groups: []codec.Group{{Elements: 3, Base: 120, Escapes: 1}}}
+	f12.Planes[codec.PlaneSM] = []byte{0x00, 0x81, 0x00}
+	f12.Planes[codec.PlaneCode] = []byte{0x77, 0x0F}
+	f12.Planes[codec.PlaneEscIdx] = le64(2)
+	f12.Planes[codec.PlaneEscExp] = []byte{0}
+
+	fp := &codec.Tensor{Layout: codec.Fixed12, DType: codec.FP16, Shape: []int64{1, 2},
+		Groups: []codec.Group{{Elements: 2, Base: 15, Escapes: 1}}}
+	fp.Planes[codec.PlaneSM] = []byte{0x00, 0xF8, 0x3F}
+	fp.Planes[codec.PlaneCode] = []byte{0xF0}
+	fp.Planes[codec.PlaneEscIdx] = le64(1)
+	fp.Planes[codec.PlaneEscExp] = []byte{30}
+
+	sm := &codec.Tensor{Layout: codec.Smallest, DType: codec.BF16, Shape: []int64{5},
+		Groups: []codec.Group{{Elements: 5, Base: 100, Table: [6]uint8{127, 126, 200, 125, 1, 2}, Escapes: 1}}}
+	sm.Planes[codec.PlaneSM] = []byte{0x00, 0x80, 0x05, 0x7F, 0x00}
+	sm.Planes[codec.PlaneCode] = []byte{0xD0, 0x03}
+	sm.Planes[codec.PlaneCode2] = []byte{0x0C}
+	sm.Planes[codec.PlaneCode3] = []byte{0x0F}
+	sm.Planes[codec.PlaneChunks] = make([]byte, 16)
+	sm.Planes[codec.PlaneEscIdx] = le64(4)
+	sm.Planes[codec.PlaneEscExp] = []byte{0}
+
+	for _, c := range []struct {
+		t    *codec.Tensor
+		want []uint16
+	}{
+		{f12, []uint16{0x3F80, 0xBF81, 0x0000}},
+		{fp, []uint16{0x3C00, 0xFBFF}},
+		{sm, []uint16{127 << 7, 0x8000 | 127<<7, 126<<7 | 5, 125<<7 | 0x7F, 0}},
+	} {
+		got := make([]uint16, len(c.want))
+		if err := codec.Unpack(c.t, got, 1); err != nil || firstDiff(got, c.want) >= 0 {
+			t.Fatalf("%v %v: got %04x, want %04x (%v)", c.t.Layout, c.t.DType, got, c.want, err)
+		}
+	}
+}
