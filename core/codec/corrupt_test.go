@@ -428,3 +428,22 @@ func TestUnpackAllocations(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeDimensionAfterZero pins a bug FuzzUnpack found
+// (testdata/fuzz/FuzzUnpack/negative-dim-after-zero): a shape like [0, -25]
+// has a zero dimension, and the element count stopped at it, so the
+// negative dimension after it was never seen and Unpack accepted the
+// tensor while the reference decoder rejected it.
+func TestNegativeDimensionAfterZero(t *testing.T) {
+	pt, err := codec.Pack(nil, codec.BF16, []int64{0, 25}, codec.Options{Layout: codec.Smallest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt.Shape = []int64{0, -25}
+	checkCorrupt(t, "shape [0 -25]", pt, status.Corrupt, true)
+	if pt.NumElements() != 0 {
+		t.Fatal("NumElements of a bad shape is not 0")
+	}
+	_, err = codec.Pack(nil, codec.BF16, []int64{0, -25}, codec.Options{Layout: codec.Fixed12})
+	wantCode(t, "Pack [0 -25]", err, status.InvalidArgument)
+}

@@ -66,13 +66,15 @@ func (t *Tensor) EscapeFraction() float64 {
 // negative dimension, status.Overflow past MaxElements. A zero dimension
 // makes the product 0 whatever the others are.
 func shapeElements(shape []int64) (int, error) {
+	zero := false
 	for _, s := range shape {
 		if s < 0 {
 			return 0, errCorrupt(status.Corrupt, "negative dimension %d in shape %v", s, shape)
 		}
-		if s == 0 {
-			return 0, nil
-		}
+		zero = zero || s == 0
+	}
+	if zero {
+		return 0, nil
 	}
 	n := uint64(1)
 	for _, s := range shape {
