@@ -120,3 +120,16 @@ def test_expert_shapes_disagreeing_with_config_fail_at_load(packed_dir, tmp_path
     (dst / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CorruptError, match="expects"):
         glyd.from_pretrained(dst)
+
+
+def test_default_path_outside_no_grad(packed_dir, monkeypatch):
+    # gpt-oss adds raw bias parameters (requires_grad) inside the experts: the packed
+    # path is inference-only and must not trip autograd (torch.mm(out=...) refuses grads)
+    model = glyd.from_pretrained(packed_dir("gpt_oss", "fixed12"))
+    calls = [c for c in _capture(model, model_inputs("gpt_oss")) if isinstance(c[0], GlydExperts)]
+    mod, args, kwargs, ref = calls[0]
+    monkeypatch.setattr(gpu_experts, "_FORCE", True)
+    for nosync in ("0", "1"):
+        monkeypatch.setenv("GLYD_MOE_NOSYNC_PAIRS", nosync)
+        out = gpu_experts.experts_forward(mod, *args, **kwargs)  # no torch.no_grad() here
+        close(out, ref)

@@ -607,8 +607,10 @@ def _supported(module, x: torch.Tensor) -> bool:
     return True
 
 
+@torch.no_grad()
 def experts_forward(module, *args, **kwargs):
-    """GPU_HOOKS["experts"]: the fused forward of a packed experts module."""
+    """GPU_HOOKS["experts"]: the fused forward of a packed experts module
+    (inference only: no autograd graph, like every packed module)."""
     x = args[0]
     spec = spec_of(module)
     if spec.kind == "unknown" or not _supported(module, x):
@@ -781,7 +783,9 @@ def _dbrx_forward(self, hidden_states, top_k_index, top_k_weights):
     cuda = hidden_states.device.type == "cuda" or _FORCE
     if cuda and not mlp.exact and _supported(mlp, hidden_states):
         spec = spec_of(mlp)
-        out = _routed_forward(mlp, spec, hidden_states.reshape(-1, self.hidden_size), top_k_index, top_k_weights)
+        with torch.no_grad():
+            out = _routed_forward(mlp, spec, hidden_states.reshape(-1, self.hidden_size), top_k_index,
+                                  top_k_weights)
         return out.view(hidden_states.shape[0], -1, self.hidden_size)
     if validate_enabled(mlp):
         _check_routing(mlp, top_k_index, spec_of(mlp).num_experts)
@@ -833,7 +837,8 @@ def _interface_fn(self, hidden_states, top_k_index, top_k_weights):
     anything else runs transformers' grouped_mm implementation."""
     if isinstance(self, _m.GlydExperts) and hidden_states.device.type == "cuda" and not self.exact \
             and _supported(self, hidden_states):
-        return _routed_forward(self, spec_of(self), hidden_states, top_k_index, top_k_weights)
+        with torch.no_grad():
+            return _routed_forward(self, spec_of(self), hidden_states, top_k_index, top_k_weights)
     from transformers.integrations.moe import grouped_mm_experts_forward
 
     return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
