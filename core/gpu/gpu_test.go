@@ -75,7 +75,7 @@ func TestConfigTable(t *testing.T) {
 		}
 	}
 	for _, r := range []int64{1, 8, 9, 64, 128, 129, 300, 2048} {
-		if i := pickConfig(r); i < 0 || i >= len(linConfigs) {
+		if i := pickConfig(r, 4096); i < 0 || i >= len(linConfigs) {
 			t.Fatalf("rows %d -> config %d", r, i)
 		}
 	}

@@ -73,14 +73,20 @@ var linConfigs = []linConfig{
 	{1, 1, 1, 4, 8, true},
 }
 
-// pickConfig returns the index in linConfigs for a number of tokens.
-func pickConfig(rows int64) int {
+// pickConfig returns the index in linConfigs for rows tokens and n weight
+// rows. From the configuration sweeps on the H200 (docs/PERFORMANCE-GPU.md,
+// run 5): at 1-8 tokens two k-blocks in flight per lane (u2) win when the
+// 16-row blocks are few (o, down of Qwen3-8B: 256 blocks), one (u1, higher
+// occupancy) when they are many (qkv 384, gate_up 1536).
+func pickConfig(rows, n int64) int {
 	if f := forced.Load(); f > 0 {
 		return int(f - 1)
 	}
-	// From the configuration sweep on the H200 (docs/PERFORMANCE-GPU.md).
 	switch {
 	case rows <= 8:
+		if (n+15)/16 <= splitTarget {
+			return 0 // m1n1w1k8u2
+		}
 		return 1 // m1n1w1k8u1
 	case rows <= 16:
 		return 2 // m1n2w1k8u2
@@ -142,7 +148,7 @@ func ConfigFor(w *DeviceTensor, rows int) string {
 	if fast, _ := fastPath(w, 0); !fast || forced.Load() < 0 {
 		return "glyd_lin_f12_generic"
 	}
-	return linConfigs[pickConfig(int64(rows))].name()
+	return linConfigs[pickConfig(int64(rows), w.Shape[0])].name()
 }
 
 func fastPath(w *DeviceTensor, x uintptr) (bool, int64) {
@@ -166,7 +172,7 @@ func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
 	if k%16 != 0 || forced.Load() < 0 {
 		return 0, nil
 	}
-	c := linConfigs[pickConfig(int64(rows))]
+	c := linConfigs[pickConfig(int64(rows), n)]
 	if s := c.splits(n, k, int64(rows)); s > 1 {
 		return uint64(s) * uint64(rows) * uint64(n) * 4, nil
 	}
@@ -235,7 +241,7 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		p.ebase = 0
 		return launch(dev, kLinGeneric, uint32((int64(rows)+7)/8), uint32(gy), 1, 128, 0, stream, &p)
 	}
-	ci := pickConfig(int64(rows))
+	ci := pickConfig(int64(rows), n)
 	c := linConfigs[ci]
 	gy := (n + int64(c.rows()) - 1) / int64(c.rows())
 	gx := (int64(rows) + int64(c.tokens()) - 1) / int64(c.tokens())
