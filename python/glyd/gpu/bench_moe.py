@@ -184,8 +184,11 @@ def bench_block(name, tokens, layout="fixed12", seed=0, device=None):
             set_impl(glyd_block, best_impl)
             set_exact(glyd_block, False)
             # the no-sync path (prompts) can be captured; the routed path waits for the counts
-            free = gpu_experts.nosync(gpu_experts.spec_of(glyd_block.experts), t * BLOCKS[name][4], dev)
-            res["glyd_path"] = "decode-all+grouped_mm" if free else "routed (fused per expert)"
+            spec = gpu_experts.spec_of(glyd_block.experts)
+            free = gpu_experts.nosync(spec, t * BLOCKS[name][4], dev)
+            how = "decode + mm" if spec.transposed or layout != "fixed12" else "fused per expert"
+            res["glyd_path"] = ("no-sync: decode all + grouped_mm" if free else
+                                f"all-experts, {how}" if spec.all_experts else f"routed, {how}")
             got = run(glyd_block, x)
             res["glyd_rel_err"] = ((got.float() - want.float()).norm() / want.float().norm()).item()
             res["glyd_ms"], res["glyd_timing"] = timed(lambda: run(glyd_block, x), graph=free)
