@@ -85,17 +85,17 @@ func DeviceCount() (int, error) {
 
 // Info describes one device, read from the driver.
 type Info struct {
-	Name             string
-	Major, Minor     int    // compute capability
-	SMs              int    // multiprocessors
-	SharedOptin      int    // max shared memory per block with opt-in, bytes
-	SharedPerSM      int    // shared memory per multiprocessor, bytes
-	L2Bytes          int    // L2 cache size
-	ClockKHz         int    // SM clock
-	MemClockKHz      int    // memory clock
-	BusWidth         int    // memory bus width, bits
-	TotalMem         uint64 // device memory, bytes
-	DriverVersion    int    // 1000*major + 10*minor
+	Name          string
+	Major, Minor  int    // compute capability
+	SMs           int    // multiprocessors
+	SharedOptin   int    // max shared memory per block with opt-in, bytes
+	SharedPerSM   int    // shared memory per multiprocessor, bytes
+	L2Bytes       int    // L2 cache size
+	ClockKHz      int    // SM clock
+	MemClockKHz   int    // memory clock
+	BusWidth      int    // memory bus width, bits
+	TotalMem      uint64 // device memory, bytes
+	DriverVersion int    // 1000*major + 10*minor
 }
 
 // DeviceInfo returns the properties of device dev.
