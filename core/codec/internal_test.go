@@ -62,7 +62,10 @@ func TestChooseSmallest(t *testing.T) {
 	var h [256]uint64
 	h[120], h[121], h[119], h[118], h[122], h[117], h[116] = 50, 50, 40, 30, 30, 20, 5
 	h[0] = 5
-	table, base := chooseSmallest(&h, 255)
+	table, used, base := chooseSmallest(&h, 255)
+	if used != 6 {
+		t.Fatalf("%d slots used, want 6", used)
+	}
 	if want := [6]uint8{120, 121, 119, 118, 122, 117}; table != want {
 		t.Fatalf("table %v, want %v (ties to the smaller exponent)", table, want)
 	}
@@ -72,11 +75,11 @@ func TestChooseSmallest(t *testing.T) {
 	}
 	h = [256]uint64{}
 	h[7] = 3
-	table, base = chooseSmallest(&h, 31)
-	if table != [6]uint8{7} || base != 0 {
-		t.Fatalf("one exponent: table %v base %d", table, base)
+	table, used, base = chooseSmallest(&h, 31)
+	if table != [6]uint8{7} || base != 0 || used != 1 {
+		t.Fatalf("one exponent: table %v base %d used %d", table, base, used)
 	}
-	sym := smallestSyms(&h, table, base)
+	sym := smallestSyms(table, used, base)
 	if sym[7] != 0 || sym[0] != symL3 || sym[20] != symEsc {
 		t.Fatalf("symbols: %d %d %d", sym[7], sym[0], sym[20])
 	}

@@ -42,8 +42,8 @@ func kernelData() ([]kchunk, uint8, [6]uint8, uint8, [256]uint8) {
 	}
 	base := chooseBase(&h, 255)
 	f := field{shift: 7, mask: 0xFF, bf16: true}
-	table, sbase := chooseSmallest(&h, 255)
-	sym := smallestSyms(&h, table, sbase)
+	table, used, sbase := chooseSmallest(&h, 255)
+	sym := smallestSyms(table, used, sbase)
 	var buf2 [seg2Buf]byte
 	var buf3 [seg3Buf]byte
 	for c := range cs {

@@ -58,13 +58,12 @@ type packer struct {
 	units      []unit
 	chunksPer  int      // chunks per group
 	hist       []uint16 // per chunk, 256 exponent counts
-	unitHist   [][256]uint64
 	unitCRC    []uint32
+	used       []uint8 // Smallest: table slots used, per group
 	cnt2, cnt3 []int // per chunk: level-2 and level-3 codes (Smallest)
 	cntEsc     []int // per chunk: escapes
 	off2, off3 []int // per chunk: segment offsets within the group
 	offEsc     []int // per chunk: first escape entry within the group
-	sym        [][256]uint8
 	t          *Tensor
 }
 
@@ -82,7 +81,6 @@ func (pk *packer) run(workers int) (*Tensor, error) {
 	C := G * pk.chunksPer
 	U := len(pk.units)
 	pk.hist = make([]uint16, 256*C)
-	pk.unitHist = make([][256]uint64, U)
 	pk.unitCRC = make([]uint32, U)
 	t := &Tensor{Layout: pk.layout, DType: pk.dt, Shape: append(make([]int64, 0, len(pk.shape)), pk.shape...), Groups: make([]Group, G)}
 	pk.t = t
@@ -97,25 +95,12 @@ func (pk *packer) run(workers int) (*Tensor, error) {
 	}
 	t.Checksum = crc
 
-	// Tables of every group, from its histogram.
-	groupHist := make([][256]uint64, G)
-	for u, us := range pk.units {
-		for e := range groupHist[us.g] {
-			groupHist[us.g][e] += pk.unitHist[u][e]
-		}
-	}
+	// Tables of every group, from the histograms of its chunks.
 	if pk.layout == Smallest {
-		pk.sym = make([][256]uint8, G)
+		pk.used = make([]uint8, G)
 	}
-	for g := range t.Groups {
-		grp := &t.Groups[g]
-		grp.Elements = uint64(per)
-		if pk.layout == Fixed12 {
-			grp.Base = chooseBase(&groupHist[g], pk.d.maxExp)
-		} else {
-			grp.Table, grp.Base = chooseSmallest(&groupHist[g], pk.d.maxExp)
-			pk.sym[g] = smallestSyms(&groupHist[g], grp.Table, grp.Base)
-		}
+	if err := parallel(G, workers, pk.chooseGroup); err != nil {
+		return nil, err
 	}
 
 	// Pass 2: per chunk counts of level-2/3 codes and escapes.
@@ -193,7 +178,6 @@ func (pk *packer) histUnit(_, u int) error {
 	us := pk.units[u]
 	base := us.g * pk.per
 	pk.unitCRC[u] = crcUpdate(0, pk.src[base+us.lo:base+us.hi])
-	uh := &pk.unitHist[u]
 	c0, c1 := pk.unitChunks(us)
 	for c := c0; c < c1; c++ {
 		x, _, _ := pk.chunkSrc(c)
@@ -203,17 +187,45 @@ func (pk *packer) histUnit(_, u int) error {
 		} else {
 			histFP16(x, h)
 		}
-		for e, n := range h {
-			uh[e] += uint64(n)
-		}
 	}
 	return nil
+}
+
+// chooseGroup picks the base and table of group g from its chunks'
+// histograms.
+func (pk *packer) chooseGroup(_, g int) error {
+	var h [256]uint64
+	for c := g * pk.chunksPer; c < (g+1)*pk.chunksPer; c++ {
+		for e, n := range (*[256]uint16)(pk.hist[256*c : 256*c+256]) {
+			h[e] += uint64(n)
+		}
+	}
+	grp := &pk.t.Groups[g]
+	grp.Elements = uint64(pk.per)
+	if pk.layout == Fixed12 {
+		grp.Base = chooseBase(&h, pk.d.maxExp)
+	} else {
+		var used int
+		grp.Table, used, grp.Base = chooseSmallest(&h, pk.d.maxExp)
+		pk.used[g] = uint8(used)
+	}
+	return nil
+}
+
+// symbols returns the Smallest symbols of group g.
+func (pk *packer) symbols(g int) [256]uint8 {
+	grp := &pk.t.Groups[g]
+	return smallestSyms(grp.Table, int(pk.used[g]), grp.Base)
 }
 
 // countUnit is pass 2 for unit u: per chunk, the number of level-2 and
 // level-3 codes and escapes.
 func (pk *packer) countUnit(_, u int) error {
 	us := pk.units[u]
+	var sym [256]uint8
+	if pk.layout == Smallest {
+		sym = pk.symbols(us.g)
+	}
 	c0, c1 := pk.unitChunks(us)
 	for c := c0; c < c1; c++ {
 		h := (*[256]uint16)(pk.hist[256*c : 256*c+256])
@@ -227,7 +239,7 @@ func (pk *packer) countUnit(_, u int) error {
 			}
 			pk.cntEsc[c] = n
 		} else {
-			pk.cnt2[c], pk.cnt3[c], pk.cntEsc[c] = smallestCounts(h, &pk.sym[us.g])
+			pk.cnt2[c], pk.cnt3[c], pk.cntEsc[c] = smallestCounts(h, &sym)
 		}
 	}
 	return nil
@@ -242,9 +254,13 @@ func (pk *packer) encodeUnit(s *scratch, u int) error {
 	codeg := t.Planes[PlaneCode][grp.Offsets[PlaneCode]:]
 	escIdx := t.Planes[PlaneEscIdx][grp.Offsets[PlaneEscIdx] : grp.Offsets[PlaneEscIdx]+EscIdxBytes*grp.Escapes]
 	escExp := t.Planes[PlaneEscExp][grp.Offsets[PlaneEscExp] : grp.Offsets[PlaneEscExp]+grp.Escapes]
+	var sym [256]uint8
+	if pk.layout == Smallest {
+		sym = pk.symbols(us.g)
+	}
 	c0, c1 := pk.unitChunks(us)
 	for c := c0; c < c1; c++ {
-		x, g, lo := pk.chunkSrc(c)
+		x, _, lo := pk.chunkSrc(c)
 		m := len(x)
 		sm := smg[pk.d.smSize(lo):pk.d.smSize(lo+m)]
 		f := pk.d.field()
@@ -265,10 +281,10 @@ func (pk *packer) encodeUnit(s *scratch, u int) error {
 			var ok bool
 			b2, b3 := s.buf2[:], s.buf3[:]
 			if f.bf16 && littleEndian && !forceGeneric {
-				len2, len3, ok = encodeSmallestFast(x, sm, code, &s.fast, &pk.sym[g], grp.Table, grp.Base, lo, &esc)
+				len2, len3, ok = encodeSmallestFast(x, sm, code, &s.fast, &sym, grp.Table, grp.Base, lo, &esc)
 				b2, b3 = s.fast.buf2[:], s.fast.buf3[:]
 			} else {
-				len2, len3, ok = encodeSmallest(x, sm, code, b2, b3, f, &pk.sym[g], grp.Base, lo, &esc)
+				len2, len3, ok = encodeSmallest(x, sm, code, b2, b3, f, &sym, grp.Base, lo, &esc)
 			}
 			if !ok || len2 != (pk.cnt2[c]+3)/4 || len3 != (pk.cnt3[c]+1)/2 {
 				return status.Errorf(status.Internal, "internal error: level-2/3 sizes of chunk %d", c)

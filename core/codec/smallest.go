@@ -25,8 +25,9 @@ const (
 
 // chooseSmallest picks the table (the 6 most frequent exponents, ties to
 // the smaller exponent; unused slots 0) and the base (the window of 15
-// exponents covering most of the others) of a group with histogram h.
-func chooseSmallest(h *[256]uint64, maxExp uint8) (table [6]uint8, base uint8) {
+// exponents covering most of the others) of a group with histogram h, and
+// returns how many table slots are used (the exponents present, up to 6).
+func chooseSmallest(h *[256]uint64, maxExp uint8) (table [6]uint8, used int, base uint8) {
 	var in [256]bool
 	for r := range table {
 		best := -1
@@ -40,6 +41,7 @@ func chooseSmallest(h *[256]uint64, maxExp uint8) (table [6]uint8, base uint8) {
 		}
 		in[best] = true
 		table[r] = uint8(best)
+		used++
 	}
 	var rem [256]uint64
 	for e := 0; e <= int(maxExp); e++ {
@@ -47,7 +49,7 @@ func chooseSmallest(h *[256]uint64, maxExp uint8) (table [6]uint8, base uint8) {
 			rem[e] = h[e]
 		}
 	}
-	return table, chooseBase(&rem, maxExp)
+	return table, used, chooseBase(&rem, maxExp)
 }
 
 // chooseBase returns the start of the window of 15 consecutive exponents
@@ -75,9 +77,9 @@ const (
 	symEsc = 7
 )
 
-// smallestSyms returns the symbol of every exponent for a group with
-// histogram h (only exponents present in the group take a table slot).
-func smallestSyms(h *[256]uint64, table [6]uint8, base uint8) (sym [256]uint8) {
+// smallestSyms returns the symbol of every exponent for a group whose
+// first used table slots are taken (the others are unused zeros).
+func smallestSyms(table [6]uint8, used int, base uint8) (sym [256]uint8) {
 	for e := range sym {
 		if e >= int(base) && e <= int(base)+14 {
 			sym[e] = symL3
@@ -85,10 +87,8 @@ func smallestSyms(h *[256]uint64, table [6]uint8, base uint8) (sym [256]uint8) {
 			sym[e] = symEsc
 		}
 	}
-	for r := len(table) - 1; r >= 0; r-- { // the first slot wins on duplicates
-		if h[table[r]] > 0 {
-			sym[table[r]] = uint8(r)
-		}
+	for r := min(used, len(table)) - 1; r >= 0; r-- {
+		sym[table[r]] = uint8(r)
 	}
 	return sym
 }
