@@ -60,10 +60,10 @@ type packer struct {
 	hist       []uint16 // per chunk, 256 exponent counts
 	unitCRC    []uint32
 	used       []uint8 // Smallest: table slots used, per group
-	cnt2, cnt3 []int // per chunk: level-2 and level-3 codes (Smallest)
-	cntEsc     []int // per chunk: escapes
-	off2, off3 []int // per chunk: segment offsets within the group
-	offEsc     []int // per chunk: first escape entry within the group
+	cnt2, cnt3 []int   // per chunk: level-2 and level-3 codes (Smallest)
+	cntEsc     []int   // per chunk: escapes
+	off2, off3 []int   // per chunk: segment offsets within the group
+	offEsc     []int   // per chunk: first escape entry within the group
 	t          *Tensor
 }
 
