@@ -385,7 +385,9 @@ def _route(module, idx: torch.Tensor, num_total: int):
     ok = (flat >= 0) & (flat < num_total)
     ids = torch.where(ok, flat, torch.full_like(flat, num_total))
     ids_sorted, perm = torch.sort(ids, stable=True)
-    counts = torch.bincount(ids, minlength=num_total + 1).tolist()  # the one host synchronization
+    # (torch.bincount would synchronize twice more on CUDA, for the min and max of ids)
+    counts = torch.zeros(num_total + 1, dtype=torch.int64, device=ids.device).scatter_add_(
+        0, ids, torch.ones_like(ids)).tolist()  # the one host synchronization
     return perm, ids_sorted, counts
 
 
@@ -568,13 +570,22 @@ def _all_experts_forward(module, spec: _Spec, hidden: torch.Tensor) -> torch.Ten
     T = x.shape[1]
     nz = (x != 0).any(dim=-1)                       # [E, T]
     counts = nz.sum(dim=1).tolist()                 # the one host synchronization
-    rows = nz.reshape(-1).nonzero().squeeze(1)      # expert-major, so grouped by expert
+    rows = _nonzero(nz.reshape(-1), sum(counts))    # expert-major, so grouped by expert
     out = torch.zeros(E * T, H, dtype=hidden.dtype, device=hidden.device)
     if rows.numel():
         xs = hidden.reshape(-1, H).index_select(0, rows)
         d = _ffn(module, spec, xs, counts, None)
         out.index_copy_(0, rows, d.to(out.dtype))
     return out
+
+
+def _nonzero(mask: torch.Tensor, count: int) -> torch.Tensor:
+    """Indices of the True elements of a 1-D mask whose count the host knows
+    (nonzero_static: no second synchronization)."""
+    try:
+        return torch.nonzero_static(mask, size=count).squeeze(1)
+    except (RuntimeError, NotImplementedError, AttributeError):  # pragma: no cover - older torch
+        return mask.nonzero().squeeze(1)
 
 
 def _grouped_forward(module, spec: _Spec, inputs: torch.Tensor, counts) -> torch.Tensor:
