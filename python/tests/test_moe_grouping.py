@@ -133,3 +133,19 @@ def test_default_path_outside_no_grad(packed_dir, monkeypatch):
         monkeypatch.setenv("GLYD_MOE_NOSYNC_PAIRS", nosync)
         out = gpu_experts.experts_forward(mod, *args, **kwargs)  # no torch.no_grad() here
         close(out, ref)
+
+
+@pytest.mark.parametrize("layout", ["fixed12", "smallest"])
+def test_expert_planes_are_one_group_tensors(layout):
+    # the GPU path runs the fused linear on group e as a one-group tensor over
+    # slices of the planes: each slice must decode to exactly that expert
+    g = torch.Generator().manual_seed(3)
+    w = (torch.randn(6, 40, 96, generator=g) * 0.02).to(torch.bfloat16)
+    w.view(-1)[::53] = 30.0   # escapes in every expert
+    w.view(-1)[7::101] = 1e-39
+    p = glyd.pack(w, layout=layout, groups=6)
+    for e in range(6):
+        g0, sl = gpu_experts.expert_planes(p.groups, p.planes, e)
+        q = glyd.PackedTensor.from_planes(layout, torch.bfloat16, (40, 96), [g0],
+                                          {k: v.clone() for k, v in sl.items()}, 0)
+        assert torch.equal(q.unpack().view(torch.int16), w[e].view(torch.int16))

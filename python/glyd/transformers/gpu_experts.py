@@ -94,6 +94,23 @@ def _check_routing(module, idx: torch.Tensor, limit: int, what: str = "expert in
 
 # ---- per-holder device state ------------------------------------------------------------------
 
+def expert_planes(groups, planes: dict, e: int):
+    """Group e of a packed tensor as a one-group tensor: (its Group with offsets
+    0, {plane: slice of that plane}), views without copies. Groups are coded
+    independently (escape indices and chunk offsets are relative to the group)."""
+    from ..tensor import PLANE_NAMES, Group
+
+    grp = groups[e]
+    nxt = groups[e + 1] if e + 1 < len(groups) else None
+    sl = {}
+    for i, name in enumerate(PLANE_NAMES):
+        p = planes[name]
+        start = grp.offsets[i]
+        end = nxt.offsets[i] if nxt is not None else p.numel()
+        sl[name] = p[start:end] if end > start else p[:0]
+    return Group(grp.elements, grp.escapes, (0,) * len(PLANE_NAMES), grp.base, grp.table), sl
+
+
 class ExpertWeights:
     """One packed experts tensor (a PackedWeight with one group per expert) seen as
     E matrices: y = x @ W[e].T (linear layout) or y = x @ W[e] (transposed).
@@ -140,26 +157,15 @@ class ExpertWeights:
     def expert(self, e: int):
         """Group e as a one-group DeviceTensor over slices of the planes (no copy)."""
         from .. import _gpu
-        from ..tensor import PLANE_NAMES, Group
 
         self._refresh()
         if self._experts is None:
             self._experts = [None] * self.num
         dt = self._experts[e]
         if dt is None:
-            h = self.holder
-            planes = h.planes()
-            grp = h.groups[e]
-            nxt = h.groups[e + 1] if e + 1 < self.num else None
-            sl = {}
-            for i, name in enumerate(PLANE_NAMES):
-                p = planes[name]
-                start = grp.offsets[i]
-                end = nxt.offsets[i] if nxt is not None else p.numel()
-                sl[name] = p[start:end] if end > start else p[:0]
-            g0 = Group(grp.elements, grp.escapes, (0,) * len(PLANE_NAMES), grp.base, grp.table)
-            dt = _gpu.DeviceTensor(layout=h.layout, shape=self.expert_shape, groups=[g0], planes=sl,
-                                   device=h.device)
+            g0, sl = expert_planes(self.holder.groups, self.holder.planes(), e)
+            dt = _gpu.DeviceTensor(layout=self.holder.layout, shape=self.expert_shape, groups=[g0], planes=sl,
+                                   device=self.holder.device)
             self._experts[e] = dt
         return dt
 
