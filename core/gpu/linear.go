@@ -71,6 +71,12 @@ var linConfigs = []linConfig{
 	{1, 2, 1, 8, 4, true},
 	{2, 1, 1, 8, 4, true},
 	{1, 1, 1, 4, 8, true},
+	{1, 2, 1, 8, 1, false},
+	{1, 2, 2, 4, 1, false},
+	{1, 8, 2, 4, 1, false},
+	{2, 4, 1, 8, 1, false},
+	{2, 8, 2, 4, 1, false},
+	{1, 16, 2, 4, 1, false},
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
