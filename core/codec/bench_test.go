@@ -106,3 +106,30 @@ func BenchmarkChecksum(b *testing.B) {
 		codec.Checksum(src)
 	}
 }
+
+// BenchmarkFP16 reports fp16 throughput (generic paths) with one worker.
+func BenchmarkFP16(b *testing.B) {
+	src := randnFP16(4<<20, 0.02, 5)
+	dst := make([]uint16, len(src))
+	for _, l := range []codec.Layout{codec.Fixed12, codec.Smallest} {
+		opt := codec.Options{Layout: l, Workers: 1}
+		t, err := codec.Pack(src, codec.FP16, []int64{int64(len(src))}, opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("pack/"+l.String(), func(b *testing.B) {
+			codec.ReportCPU(b, 2*int64(len(src)), func() {
+				if _, err := codec.Pack(src, codec.FP16, []int64{int64(len(src))}, opt); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+		b.Run("unpack/"+l.String(), func(b *testing.B) {
+			codec.ReportCPU(b, 2*int64(len(src)), func() {
+				if err := codec.Unpack(t, dst, 1); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+}
