@@ -149,3 +149,20 @@ def test_expert_planes_are_one_group_tensors(layout):
         q = glyd.PackedTensor.from_planes(layout, torch.bfloat16, (40, 96), [g0],
                                           {k: v.clone() for k, v in sl.items()}, 0)
         assert torch.equal(q.unpack().view(torch.int16), w[e].view(torch.int16))
+
+
+def test_glyd_experts_implementation_registered(tiny_model):
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    assert "glyd" in ALL_EXPERTS_FUNCTIONS
+    import copy
+
+    model = copy.deepcopy(tiny_model("qwen3_moe"))
+    inputs = model_inputs("qwen3_moe")
+    model.set_experts_implementation("grouped_mm")
+    with torch.no_grad():
+        a = model(**inputs).logits
+    model.set_experts_implementation("glyd")  # unpacked / CPU: transformers' grouped_mm
+    with torch.no_grad():
+        b = model(**inputs).logits
+    assert torch.equal(a, b)
