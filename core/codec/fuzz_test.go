@@ -2,6 +2,7 @@ package codec_test
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -263,6 +264,11 @@ func TestOracleMutations(t *testing.T) {
 		}
 		dst := make([]uint16, pt.NumElements())
 		err := codec.Unpack(pt, dst, 1+it%3)
+		// The error does not depend on the number of workers.
+		err2 := codec.Unpack(pt, make([]uint16, pt.NumElements()), 4)
+		if fmt.Sprint(err) != fmt.Sprint(err2) {
+			t.Fatalf("iteration %d: Unpack errors differ with the worker count: %v / %v", it, err, err2)
+		}
 		want, rerr := ref.Decode(toRef(pt))
 		if (err == nil) != (rerr == nil) {
 			t.Fatalf("iteration %d: Unpack: %v, reference decoder: %v", it, err, rerr)

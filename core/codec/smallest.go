@@ -370,6 +370,8 @@ func decodeSmallest(code1, seg2, seg3, sm []byte, x []uint16, f field, d *smalle
 	}
 	copy(st.buf2, seg2)
 	copy(st.buf3, seg3)
+	clear(st.buf2[len(seg2):]) // zeros past the segments: see loadSegments
+	clear(st.buf3[len(seg3):])
 	for i := 0; i < n; i += 4 {
 		if err := st.block(i); err != nil {
 			return err

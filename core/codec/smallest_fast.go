@@ -6,20 +6,24 @@ import (
 	"github.com/glyd/glyd/core/status"
 )
 
-// The fast Smallest coders (bf16 only) work on whole chunks (4096 elements, 1024 blocks
-// of four) through fixed-size arrays, in passes that each keep few values
-// live, with no data-dependent branches but the rare escapes:
+// The fast Smallest coders (bf16 on little-endian machines) work on whole
+// chunks (4096 elements, 1024 blocks of four) through fixed-size arrays, in
+// short passes that each keep few values live, with no data-dependent
+// branch but the rare escapes (Go's register allocator does much better
+// with several simple loops than with one that does everything):
 //
 //   - encoder: pass A maps each block to its encTable entry (level-1 byte,
-//     level-2 bits, level-3 mask) and lists the blocks that take level-3
-//     codes; pass B writes the level-2 segment; pass C the level-3 one.
+//     level-2 bits, level-3 mask); the sign+mantissa bytes are split off;
+//     pass B writes the level-2 segment; pass L lists the blocks that take
+//     level-3 codes; pass C writes the level-3 segment.
 //   - decoder: pass A writes every element's level-1 or level-2 exponent
-//     (and bf16 sign+mantissa) and lists the blocks with level-3 codes;
-//     pass C adds those.
+//     and sign+mantissa and lists the blocks with level-3 codes; pass C
+//     adds their exponents.
 //
-// A last, partial chunk goes through padded copies (smallestScratch).
-// The generic coders in smallest.go remain for big-endian machines and as
-// the escape path; forceGeneric makes tests use them everywhere.
+// A pass stops at a block with an escape, which is then done one element
+// at a time, and resumes. A last, partial chunk goes through padded copies
+// (smallestScratch). The generic coders in smallest.go serve fp16 and
+// big-endian machines; forceGeneric makes tests use them for bf16 too.
 
 var forceGeneric = false
 
@@ -50,14 +54,33 @@ type smallestScratch struct {
 	x  chunkU16
 	sm chunkSM
 	c1 chunkL1
+	// Bytes of buf2 and buf3 that may hold an earlier chunk's segment
+	// (the rest is zero).
+	dirty2, dirty3 int
+}
+
+// loadSegments copies a chunk's segments into buf2 and buf3 and zeroes
+// what an earlier chunk left after them, so that reading past a (corrupt,
+// too short) segment sees zeros, and the error it leads to does not depend
+// on which chunks the worker decoded before.
+func (s *smallestScratch) loadSegments(seg2, seg3 []byte) {
+	copy(s.buf2[:], seg2)
+	copy(s.buf3[:], seg3)
+	if s.dirty2 > len(seg2) {
+		clear(s.buf2[len(seg2):s.dirty2])
+	}
+	if s.dirty3 > len(seg3) {
+		clear(s.buf3[len(seg3):s.dirty3])
+	}
+	s.dirty2, s.dirty3 = len(seg2), len(seg3)
 }
 
 // asChunkX returns the bytes of a full chunk of elements.
 func asChunkX(x []uint16) *chunkX { return (*chunkX)(u16bytes(x)) }
 
 // encodeSmallestFast is encodeSmallest for bf16 on little-endian machines;
-// s.buf2 and s.buf3 receive the segments. It returns the segment lengths, and false if
-// an escape list runs out of room (a bug).
+// s.buf2 and s.buf3 receive the segments. It returns the segment lengths,
+// and false if the escape list runs out of room (a bug).
 func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, sym *[256]uint8, table [6]uint8, base uint8, start int, esc *escWriter) (len2, len3 int, ok bool) {
 	n := len(x)
 	xs, sms, c1s := x, sm, code1
@@ -219,8 +242,7 @@ func decodeSmallestFast(code1, seg2, seg3, sm []byte, x []uint16, d *smallestDec
 		copy(s.sm[:], sm[:n])
 		c1s, xs, sms = s.c1[:], s.x[:], s.sm[:]
 	}
-	copy(s.buf2[:], seg2)
-	copy(s.buf3[:], seg3)
+	s.loadSegments(seg2, seg3)
 	xb := asChunkX(xs)
 	p2, nl3 := smallestDecA((*chunkL1)(c1s), &s.buf2, (*chunkSM)(sms), xb, d, &s.l3)
 	p3 := 0

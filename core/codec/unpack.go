@@ -14,6 +14,9 @@ import (
 // error (and dst's contents are then unspecified). Unpack allocates only a
 // few kilobytes of scratch per worker and per unit of 64Ki elements.
 //
+// The error returned for a damaged tensor is the first one in element
+// order, the same whatever the number of workers.
+//
 // Errors: those of Validate; status.BufferTooSmall if dst is shorter than
 // NumElements, status.SizeMismatch if it is longer; status.EscapeMissing
 // for an escape code without its escape entry or an entry without its
