@@ -14,8 +14,9 @@ import (
 // error (and dst's contents are then unspecified). Unpack allocates only a
 // few kilobytes of scratch per worker and per unit of 64Ki elements.
 //
-// The error returned for a damaged tensor is the first one in element
-// order, the same whatever the number of workers.
+// The error returned for a damaged tensor does not depend on the number of
+// workers: Validate's checks come first, then those of the first damaged
+// piece of 64Ki elements, in element order.
 //
 // Errors: those of Validate; status.BufferTooSmall if dst is shorter than
 // NumElements, status.SizeMismatch if it is longer; status.EscapeMissing
