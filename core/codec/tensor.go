@@ -9,12 +9,25 @@
 //   - Smallest: a three-level exponent code (≈10.7 bits/weight on trained
 //     weights), still decodable inside a GPU matmul tile.
 //
-// docs/FORMAT.md specifies every byte of both layouts.
+// docs/LAYOUTS.md specifies every byte of both layouts as implemented here
+// (docs/FORMAT.md, the checkpoint format around them).
 //
 // A tensor may be split along its first axis into independent groups (the
 // experts of a mixture-of-experts tensor): each group has its own exponent
 // tables and its own slice of every plane, so one expert can be decoded
 // without touching the others.
+//
+// Pack packs; Unpack, UnpackGroup and Verify decode (Verify in pieces,
+// comparing the CRC-32C of the original); Tensor.Validate checks a packed
+// tensor's structure cheaply. Work is spread over goroutines in pieces of
+// 64Ki elements; the packed bytes, the decoded elements and the errors do
+// not depend on the number of workers. Every error carries a status code
+// (core/status); errors about damaged packed data start with "invalid
+// input:". Decoding never panics and allocates only scratch, whatever the
+// input. The fast paths are written for bf16 on little-endian machines;
+// fp16, and big-endian machines, take generic paths that give the same
+// bytes. internal/ref is the slow reference decoder the tests hold the
+// fast one to.
 package codec
 
 // Layout names how a tensor is stored.
