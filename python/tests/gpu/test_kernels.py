@@ -27,7 +27,7 @@ DEV = torch.device("cuda", 0)
 #: rest is fp32 summation order over K.
 LINEAR_TOL = 2.0**-7
 
-ROWS = [1, 2, 3, 7, 8, 31, 64, 127, 128, 300, 2048]
+ROWS = [1, 2, 3, 7, 8, 12, 16, 31, 64, 127, 128, 300, 2048]
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -196,7 +196,8 @@ def test_linear_every_config():
     names = sorted({dt.linear_kernel(r) for r in (1, 16, 32, 64, 128, 192, 2048)})
     names += ["glyd_lin_f12_m1n1w1k8u1", "glyd_lin_f12_m2n8w8k1u1", "glyd_lin_f12_m2n16w4k1u1",
               "glyd_lin_f12_m1n16w8k1u1", "glyd_lin_f12a_m1n1k8s8", "glyd_lin_f12a_m2n1k8s4", "glyd_lin_f12a_m1n1k8s4",
-              "glyd_lin_f12a_m1n1k4s8", "generic"]
+              "glyd_lin_f12a_m1n1k4s8", "glyd_lin_f12_m1n2w2k4u1", "glyd_lin_f12_m1n8w2k4u1",
+              "glyd_lin_f12_m2n4w1k8u1", "glyd_lin_f12_m2n8w2k4u1", "glyd_lin_f12_m1n16w2k4u1", "generic"]
     try:
         for name in names:
             _gpu.force_kernel(name)
