@@ -20,7 +20,7 @@ GO_SOURCES := $(shell find core capi -name '*.go' -not -name '*_test.go' 2>/dev/
               $(wildcard capi/*.c capi/*.h) include/glyd.h go.mod go.sum \
               $(wildcard core/gpu/*.fatbin core/gpu/*.c core/gpu/*.h)
 
-.PHONY: all help lib venv test test-go test-fuzz test-python test-examples fuzz examples run bench wheel clean
+.PHONY: all help lib kernels venv test test-go test-fuzz test-python test-examples fuzz examples run bench wheel clean
 
 all: lib ## build libglyd.so
 
@@ -42,6 +42,9 @@ $(LIB): $(GO_SOURCES) $(BUILD)/glyd.map
 	@rm -f $(BUILD)/libglyd.h
 	@ln -sf libglyd.so $(BUILD)/$(SONAME)
 
+kernels: ## rebuild core/gpu/kernels.fatbin with nvcc 13.0 (installed from PyPI into .tools/)
+	bash kernels/build.sh
+
 venv: $(VENV)/.installed ## the Python venv the tests use (torch, transformers, ...)
 
 $(VENV)/.installed: python/requirements-dev.txt
@@ -52,7 +55,8 @@ $(VENV)/.installed: python/requirements-dev.txt
 
 test: test-go test-fuzz test-examples test-python ## everything CI runs
 
-test-go: ## gofmt, go vet, go test -race
+test-go: ## gofmt, go vet, go test -race, the committed fatbin matches its sources
+	bash kernels/build.sh --check
 	@out=$$(gofmt -l core capi examples 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
@@ -92,5 +96,3 @@ wheel: lib venv ## a wheel with libglyd.so inside, in dist/
 clean:
 	rm -rf $(BUILD) dist python/glyd/libglyd.so
 	$(MAKE) -C examples/c clean
-
--include kernels/kernels.mk
