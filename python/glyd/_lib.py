@@ -154,6 +154,37 @@ def library_path() -> Path:
     return _path
 
 
+class Handle:
+    """A library handle (glyd_packed, glyd_writer, glyd_reader): freed by close(),
+    at the end of a with-block, or when garbage-collected."""
+
+    _free = ""  # name of the glyd_* function that frees it
+    _kind = ""  # what to call it in messages
+
+    def __init__(self, handle):
+        self._h = c_void_p(handle)
+
+    def _open(self) -> c_void_p:
+        """The handle, or InvalidArgumentError once closed."""
+        if not self._h:
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError(1, f"this {self._kind} has been closed")
+        return self._h
+
+    def close(self) -> None:
+        """Free the library's memory now."""
+        if self._h:
+            getattr(load(), self._free)(self._h)
+            self._h = c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 def check(status: int) -> None:
     """Raise the GlydError for a non-zero glyd_status, with this thread's message."""
     if status == 0:

@@ -39,7 +39,7 @@ def parse_size(size) -> int:
     return int(float(m.group(1)) * base**power)
 
 
-class Writer:
+class Writer(_lib.Handle):
     """Writes a packed checkpoint folder atomically.
 
     Everything goes to a temporary sibling folder (``temp_dir``, where callers
@@ -47,18 +47,21 @@ class Writer:
     context manager it commits on success and aborts on an exception.
     """
 
+    _free = "glyd_writer_destroy"  # aborts an uncommitted writer
+    _kind = "Writer"
+
     def __init__(self, directory, max_shard_size=None, overwrite: bool = False):
         self.directory = os.fspath(directory)
         h = ctypes.c_void_p()
         flags = 1 if overwrite else 0
         _lib.check(_lib.load().glyd_writer_open(os.fsencode(self.directory), parse_size(max_shard_size), flags, ctypes.byref(h)))
-        self._h = h
+        super().__init__(h.value)
         self.temp_dir: str = os.fsdecode(_lib.load().glyd_writer_temp_dir(h))
 
     def add_packed(self, name: str, packed: PackedTensor) -> None:
         if not isinstance(packed, PackedTensor):
             raise InvalidArgumentError(1, f"add_packed({name!r}) takes a glyd.PackedTensor, not {type(packed).__name__}")
-        _lib.check(_lib.load().glyd_writer_add_packed(self._handle(), name.encode(), packed._handle))
+        _lib.check(_lib.load().glyd_writer_add_packed(self._open(), name.encode(), packed._open()))
 
     def add_raw(self, name: str, tensor: torch.Tensor) -> None:
         if not isinstance(tensor, torch.Tensor):
@@ -72,27 +75,16 @@ class Writer:
         nbytes = t.numel() * t.element_size()
         _lib.check(
             _lib.load().glyd_writer_add_raw(
-                self._handle(), name.encode(), dtype.encode(), sarr, ndim, t.data_ptr() if nbytes else None, nbytes
+                self._open(), name.encode(), dtype.encode(), sarr, ndim, t.data_ptr() if nbytes else None, nbytes
             )
         )
 
     def commit(self) -> None:
-        _lib.check(_lib.load().glyd_writer_commit(self._handle()))
+        _lib.check(_lib.load().glyd_writer_commit(self._open()))
 
     def abort(self) -> None:
         if self._h:
             _lib.check(_lib.load().glyd_writer_abort(self._h))
-
-    def close(self) -> None:
-        """Free the writer; aborts if it was not committed."""
-        if self._h:
-            _lib.load().glyd_writer_destroy(self._h)
-            self._h = ctypes.c_void_p()
-
-    def _handle(self):
-        if not self._h:
-            raise InvalidArgumentError(1, "this Writer has been closed")
-        return self._h
 
     def __enter__(self) -> "Writer":
         return self
@@ -105,12 +97,6 @@ class Writer:
                 self.abort()
         finally:
             self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 @dataclass(frozen=True)
@@ -130,14 +116,17 @@ class TensorInfo:
     escapes: int
 
 
-class Reader:
+class Reader(_lib.Handle):
     """Reads a packed checkpoint folder: memory-maps and validates it on open."""
+
+    _free = "glyd_reader_close"
+    _kind = "Reader"
 
     def __init__(self, directory, max_format_version: int = 0):
         self.directory = os.fspath(directory)
         h = ctypes.c_void_p()
         _lib.check(_lib.load().glyd_reader_open(os.fsencode(self.directory), max_format_version, ctypes.byref(h)))
-        self._h = h
+        super().__init__(h.value)
         lib = _lib.load()
         self.format: str = lib.glyd_reader_format(h).decode()
         self._names = []
@@ -163,7 +152,7 @@ class Reader:
 
     def info(self, name: str) -> TensorInfo:
         c = _lib.TensorInfo()
-        _lib.check(_lib.load().glyd_reader_describe(self._handle(), self._i(name), ctypes.byref(c)))
+        _lib.check(_lib.load().glyd_reader_describe(self._open(), self._i(name), ctypes.byref(c)))
         raw = c.raw_dtype.decode()
         dtype = SAFETENSORS_DTYPES[raw] if raw else _DTYPE_BY_CODE[c.dtype]
         return TensorInfo(
@@ -174,7 +163,7 @@ class Reader:
 
     def group(self, name: str, g: int) -> Group:
         cg = _lib.Group()
-        _lib.check(_lib.load().glyd_reader_group(self._handle(), self._i(name), g, ctypes.byref(cg)))
+        _lib.check(_lib.load().glyd_reader_group(self._open(), self._i(name), g, ctypes.byref(cg)))
         return Group._from_c(cg)
 
     def packed(self, name: str) -> PackedTensor:
@@ -189,7 +178,7 @@ class Reader:
 
         for p, pname in enumerate(PLANE_NAMES):
             ptr, n = ctypes.c_void_p(), ctypes.c_size_t()
-            _lib.check(lib.glyd_reader_plane(self._handle(), i, p, ctypes.byref(ptr), ctypes.byref(n)))
+            _lib.check(lib.glyd_reader_plane(self._open(), i, p, ctypes.byref(ptr), ctypes.byref(n)))
             buf = (ctypes.c_uint8 * n.value).from_address(ptr.value) if n.value else bytearray()
             planes[pname] = torch.frombuffer(buf, dtype=torch.uint8) if n.value else torch.empty(0, dtype=torch.uint8, device="cpu")
         groups = [self.group(name, g) for g in range(info.num_groups)]
@@ -205,11 +194,11 @@ class Reader:
         """The tensor decoded (packed) or copied (raw) to a new CPU tensor."""
         info = self.info(name)
         out = torch.empty(info.shape, dtype=info.dtype)
-        _lib.check(_lib.load().glyd_reader_unpack(self._handle(), self._i(name), out.data_ptr(), info.original_bytes))
+        _lib.check(_lib.load().glyd_reader_unpack(self._open(), self._i(name), out.data_ptr(), info.original_bytes))
         return out
 
     def verify(self, name: str) -> None:
-        _lib.check(_lib.load().glyd_reader_verify(self._handle(), self._i(name)))
+        _lib.check(_lib.load().glyd_reader_verify(self._open(), self._i(name)))
 
     def verify_all(self, progress: bool = True) -> None:
         """Check every tensor against the checksum of its original bytes."""
@@ -221,24 +210,8 @@ class Reader:
         for n in names:
             self.verify(n)
 
-    def close(self) -> None:
-        if self._h:
-            _lib.load().glyd_reader_close(self._h)
-            self._h = ctypes.c_void_p()
-
-    def _handle(self):
-        if not self._h:
-            raise InvalidArgumentError(1, "this Reader has been closed")
-        return self._h
-
     def __enter__(self) -> "Reader":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

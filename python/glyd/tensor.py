@@ -64,17 +64,20 @@ def _shape_array(shape: Sequence[int]):
     return arr, len(shape)
 
 
-class PackedTensor:
+class PackedTensor(_lib.Handle):
     """A losslessly packed bf16/fp16 tensor held by libglyd.
 
     Make one with glyd.pack, Reader.packed or PackedTensor.from_planes.
     """
 
+    _free = "glyd_packed_destroy"
+    _kind = "PackedTensor"
+
     def __init__(self, handle: int, keepalive=None):
-        self._handle = ctypes.c_void_p(handle)
+        super().__init__(handle)
         self._keepalive = keepalive  # memory the planes live in (tensors, a reader)
         info = _lib.TensorInfo()
-        _lib.check(_lib.load().glyd_packed_describe(self._handle, ctypes.byref(info)))
+        _lib.check(_lib.load().glyd_packed_describe(self._h, ctypes.byref(info)))
         self.layout: str = _LAYOUT_NAMES[info.layout]
         self.dtype: torch.dtype = _DTYPE_BY_CODE[info.dtype]
         self.shape: tuple = tuple(int(info.shape[i]) for i in range(info.ndim))
@@ -95,11 +98,11 @@ class PackedTensor:
     @property
     def groups(self) -> list:
         if self._groups is None:
-            lib = self._lib()
+            lib = _lib.load()
             out = []
             for g in range(self.num_groups):
                 cg = _lib.Group()
-                _lib.check(lib.glyd_packed_group(self._handle, g, ctypes.byref(cg)))
+                _lib.check(lib.glyd_packed_group(self._open(), g, ctypes.byref(cg)))
                 out.append(Group._from_c(cg))
             self._groups = out
         return self._groups
@@ -108,11 +111,11 @@ class PackedTensor:
     def planes(self) -> dict:
         """Plane name -> 1-D uint8 CPU tensor (a copy owned by Python)."""
         if self._planes is None:
-            lib = self._lib()
+            lib = _lib.load()
             out = {}
             for i, name in enumerate(PLANE_NAMES):
                 ptr, n = ctypes.c_void_p(), ctypes.c_size_t()
-                _lib.check(lib.glyd_packed_plane(self._handle, i, ctypes.byref(ptr), ctypes.byref(n)))
+                _lib.check(lib.glyd_packed_plane(self._open(), i, ctypes.byref(ptr), ctypes.byref(n)))
                 t = torch.empty(n.value, dtype=torch.uint8)
                 if n.value:
                     ctypes.memmove(t.data_ptr(), ptr.value, n.value)
@@ -123,7 +126,7 @@ class PackedTensor:
     def unpack(self, out: torch.Tensor | None = None, workers: int = 0) -> torch.Tensor:
         """Decode to a CPU tensor of the original dtype and shape."""
         out = _check_out(out, self.shape, self.dtype)
-        _lib.check(self._lib().glyd_packed_unpack(self._handle, out.data_ptr(), out.numel() * 2, workers))
+        _lib.check(_lib.load().glyd_packed_unpack(self._open(), out.data_ptr(), out.numel() * 2, workers))
         return out
 
     def unpack_group(self, g: int, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -136,12 +139,12 @@ class PackedTensor:
             rows = shape[0] // self.num_groups
             shape = tuple(shape[1:]) if rows == 1 else (rows, *shape[1:])
         out = _check_out(out, shape, self.dtype)
-        _lib.check(self._lib().glyd_packed_unpack_group(self._handle, g, out.data_ptr(), out.numel() * 2))
+        _lib.check(_lib.load().glyd_packed_unpack_group(self._open(), g, out.data_ptr(), out.numel() * 2))
         return out
 
     def verify(self, workers: int = 0) -> None:
         """Decode and compare with the checksum of the original (raises ChecksumError)."""
-        _lib.check(self._lib().glyd_packed_verify(self._handle, workers))
+        _lib.check(_lib.load().glyd_packed_verify(self._open(), workers))
 
     @classmethod
     def from_planes(
@@ -181,23 +184,6 @@ class PackedTensor:
         p = cls(h.value, keepalive=keep)
         p._planes = dict(zip(PLANE_NAMES, keep))
         return p
-
-    def _lib(self):
-        if not self._handle:
-            raise InvalidArgumentError(1, "this PackedTensor has been closed")
-        return _lib.load()
-
-    def close(self) -> None:
-        """Free the library's memory now (otherwise freed when garbage-collected)."""
-        if self._handle:
-            _lib.load().glyd_packed_destroy(self._handle)
-            self._handle = ctypes.c_void_p()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         return (
