@@ -108,7 +108,7 @@ typedef enum glyd_plane {
     GLYD_PLANE_CODE2 = 2,   /* smallest: level-2 codes */
     GLYD_PLANE_CODE3 = 3,   /* smallest: level-3 codes */
     GLYD_PLANE_CHUNKS = 4,  /* smallest: per-chunk offsets */
-    GLYD_PLANE_ESCIDX = 5,  /* escape indices, uint64 LE */
+    GLYD_PLANE_ESCIDX = 5,  /* escape indices, uint32 LE */
     GLYD_PLANE_ESCEXP = 6   /* escape exponents, one byte each */
 } glyd_plane;
 #define GLYD_NUM_PLANES 7

@@ -21,7 +21,8 @@
  *   glyd_decode_small     smallest, one 256-thread block per 4096-element chunk,
  *                         16 consecutive elements per thread; level-2/3 entries
  *                         are found by block-wide prefix counts (no stored prefix).
- *   glyd_escape_scatter   both layouts: dst[escidx[e]] = sm byte + escexp[e],
+ *   glyd_escape_scatter   both layouts: dst[escidx[e]] = sm byte + escexp[e]
+ *                         (escidx: uint32 element indices within the group),
  *                         one thread per escape. Launched after the decode kernel
  *                         on the same stream: the decode kernels write some
  *                         value for escaped elements (code 15), this kernel
@@ -110,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_scalar(const g
 
 extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter(const glyd_kparams p) {
 	const uint8_t *sm = (const uint8_t *)p.sm;
-	const uint64_t *escidx = (const uint64_t *)p.escidx;
+	const uint32_t *escidx = (const uint32_t *)p.escidx;
 	const uint8_t *escexp = (const uint8_t *)p.escexp;
 	uint16_t *dst = (uint16_t *)p.dst;
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
@@ -218,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(256) glyd_decode_small(const glyd_k
 // the GPU). p.dst = rows: rows[r] = first escape of weight row r (escapes whose
 // element index is >= r*K), r in [0, N]; one thread per entry, binary search.
 extern "C" __global__ void __launch_bounds__(256) glyd_escape_rows(const glyd_kparams p) {
-	const uint64_t *escidx = (const uint64_t *)p.escidx;
+	const uint32_t *escidx = (const uint32_t *)p.escidx;
 	uint32_t *rows = (uint32_t *)p.dst;
 	const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (r > p.N) return;
@@ -226,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(256) glyd_escape_rows(const glyd_kp
 	uint64_t lo = 0, hi = p.escapes;
 	while (lo < hi) {
 		const uint64_t mid = (lo + hi) / 2;
-		if (escidx[mid] < key) lo = mid + 1; else hi = mid;
+		if ((uint64_t)escidx[mid] < key) lo = mid + 1; else hi = mid;
 	}
 	rows[r] = (uint32_t)lo;
 }
@@ -235,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(256) glyd_escape_rows(const glyd_kp
 // the fused kernels' epilogue needs one load per escape (no division, no
 // access to the planes).
 extern "C" __global__ void __launch_bounds__(256) glyd_escape_records(const glyd_kparams p) {
-	const uint64_t *escidx = (const uint64_t *)p.escidx;
+	const uint32_t *escidx = (const uint32_t *)p.escidx;
 	const uint8_t *escexp = (const uint8_t *)p.escexp;
 	const uint8_t *sm = (const uint8_t *)p.sm;
 	uint2 *rec = (uint2 *)p.escrecs;

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/glyd/glyd/core/codec"
@@ -67,7 +68,7 @@ func TestCorruption(t *testing.T) {
 					checkCorrupt(t, name, pt, c, structural)
 				})
 			}
-			idx := func(pt *codec.Tensor, k int) []byte { return group1(pt, codec.PlaneEscIdx)[8*k:] }
+			idx := func(pt *codec.Tensor, k int) []byte { return group1(pt, codec.PlaneEscIdx)[codec.EscIdxBytes*k:] }
 
 			// Escape entries versus escape codes.
 			run("entry-without-code-removed", status.EscapeMissing, false, func(t *testing.T, pt *codec.Tensor) {
@@ -77,7 +78,7 @@ func TestCorruption(t *testing.T) {
 				for _, p := range []codec.Plane{codec.PlaneEscIdx, codec.PlaneEscExp} {
 					w := 1
 					if p == codec.PlaneEscIdx {
-						w = 8
+						w = codec.EscIdxBytes
 					}
 					at := int(g.Offsets[p]) + w*k
 					pt.Planes[p] = append(pt.Planes[p][:at:at], pt.Planes[p][at+w:]...)
@@ -88,11 +89,11 @@ func TestCorruption(t *testing.T) {
 			run("escape-index-moved", status.EscapeMissing, false, func(t *testing.T, pt *codec.Tensor) {
 				// The last entry of group 1 names an element after its code.
 				k := int(pt.Groups[1].Escapes) - 1
-				v := binary.LittleEndian.Uint64(idx(pt, k))
-				if v+1 >= pt.Groups[1].Elements {
+				v := binary.LittleEndian.Uint32(idx(pt, k))
+				if uint64(v)+1 >= pt.Groups[1].Elements {
 					t.Skip("last escape is the last element")
 				}
-				binary.LittleEndian.PutUint64(idx(pt, k), v+1)
+				binary.LittleEndian.PutUint32(idx(pt, k), v+1)
 			})
 			switch l {
 			case codec.Fixed12:
@@ -106,7 +107,7 @@ func TestCorruption(t *testing.T) {
 					}
 				})
 				run("escape-code-cleared", status.EscapeMissing, false, func(t *testing.T, pt *codec.Tensor) {
-					e := binary.LittleEndian.Uint64(idx(pt, 0))
+					e := binary.LittleEndian.Uint32(idx(pt, 0))
 					code := group1(pt, codec.PlaneCode)
 					code[e/2] &^= 0x0F << (4 * (e % 2)) // now code 0: the entry has no code
 				})
@@ -165,19 +166,19 @@ func TestCorruption(t *testing.T) {
 			// Escape indices.
 			run("escape-index-out-of-range", status.EscapeRange, true, func(t *testing.T, pt *codec.Tensor) {
 				k := int(pt.Groups[1].Escapes) - 1
-				binary.LittleEndian.PutUint64(idx(pt, k), pt.Groups[1].Elements)
+				binary.LittleEndian.PutUint32(idx(pt, k), uint32(pt.Groups[1].Elements))
 			})
 			run("escape-index-huge", status.EscapeRange, true, func(t *testing.T, pt *codec.Tensor) {
-				binary.LittleEndian.PutUint64(idx(pt, 0), 1<<63)
+				binary.LittleEndian.PutUint32(idx(pt, 0), 1<<32-1)
 			})
 			run("escape-indices-not-ascending", status.EscapeRange, true, func(t *testing.T, pt *codec.Tensor) {
 				a, b := idx(pt, 0), idx(pt, 1)
-				va, vb := binary.LittleEndian.Uint64(a), binary.LittleEndian.Uint64(b)
-				binary.LittleEndian.PutUint64(a, vb)
-				binary.LittleEndian.PutUint64(b, va)
+				va, vb := binary.LittleEndian.Uint32(a), binary.LittleEndian.Uint32(b)
+				binary.LittleEndian.PutUint32(a, vb)
+				binary.LittleEndian.PutUint32(b, va)
 			})
 			run("escape-indices-equal", status.EscapeRange, true, func(t *testing.T, pt *codec.Tensor) {
-				copy(idx(pt, 1)[:8], idx(pt, 0)[:8])
+				copy(idx(pt, 1)[:codec.EscIdxBytes], idx(pt, 0)[:codec.EscIdxBytes])
 			})
 
 			// Exponent base and escaped exponents.
@@ -446,4 +447,43 @@ func TestNegativeDimensionAfterZero(t *testing.T) {
 	}
 	_, err = codec.Pack(nil, codec.BF16, []int64{0, -25}, codec.Options{Layout: codec.Fixed12})
 	wantCode(t, "Pack [0 -25]", err, status.InvalidArgument)
+}
+
+// TestShapeOverflow: the element count of a shape must not wrap around
+// 2^64 on its way to the MaxElements check (both decoders and Pack).
+func TestShapeOverflow(t *testing.T) {
+	for _, shape := range [][]int64{
+		{1 << 28, 1 << 28, 1 << 28},
+		{1 << 56, 256},
+		{256, 1 << 56},
+		{1 << 32, 1 << 32},
+		{1<<63 - 1, 1<<63 - 1},
+		{3, 1 << 62, 4},
+	} {
+		pt := &codec.Tensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: shape, Groups: []codec.Group{{Elements: 1}}}
+		checkCorrupt(t, fmt.Sprint(shape), pt, status.Overflow, true)
+		_, err := codec.Pack(nil, codec.BF16, shape, codec.Options{Layout: codec.Fixed12})
+		wantCode(t, fmt.Sprintf("Pack %v", shape), err, status.Overflow)
+	}
+}
+
+// TestGroupElementLimit: escape indices are uint32, so a group holds at most
+// 2^32-1 elements. Pack says which groups= to use; Validate reports a larger
+// group as corrupt.
+func TestGroupElementLimit(t *testing.T) {
+	_, err := codec.Pack(nil, codec.BF16, []int64{1 << 16, 1 << 16}, codec.Options{Layout: codec.Fixed12})
+	wantCode(t, "Pack one group of 2^32", err, status.InvalidArgument)
+	if err == nil || !strings.Contains(err.Error(), "exceeds 2^32-1; pack with groups=2") {
+		t.Fatalf("message %v", err)
+	}
+	// Two groups of 2^31: the limit passes and the (missing) elements are
+	// the next error.
+	_, err = codec.Pack(nil, codec.BF16, []int64{1 << 16, 1 << 16}, codec.Options{Layout: codec.Fixed12, Groups: 2})
+	wantCode(t, "Pack two groups of 2^31", err, status.SizeMismatch)
+	pt := &codec.Tensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: []int64{1 << 32},
+		Groups: []codec.Group{{Elements: 1 << 32}}}
+	wantCode(t, "group of 2^32: Validate", pt.Validate(), status.Corrupt)
+	_, err = ref.Decode(toRef(pt))
+	wantCode(t, "group of 2^32: reference decoder", err, status.Corrupt)
+	wantCode(t, "group of 2^32: Verify", codec.Verify(pt, 1), status.Corrupt)
 }

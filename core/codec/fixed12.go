@@ -12,7 +12,7 @@ import (
 
 // escWriter appends escape entries to a group's escape planes.
 type escWriter struct {
-	idx []byte // PlaneEscIdx slice, 8 bytes per entry
+	idx []byte // PlaneEscIdx slice, 4 bytes per entry (uint32)
 	exp []byte // PlaneEscExp slice, 1 byte per entry
 	k   int
 }
@@ -21,7 +21,7 @@ func (w *escWriter) add(i int, e uint8) bool {
 	if w.k >= len(w.exp) || EscIdxBytes*w.k+EscIdxBytes > len(w.idx) {
 		return false
 	}
-	binary.LittleEndian.PutUint64(w.idx[EscIdxBytes*w.k:], uint64(i))
+	binary.LittleEndian.PutUint32(w.idx[EscIdxBytes*w.k:], uint32(i))
 	w.exp[w.k] = e
 	w.k++
 	return true
@@ -42,8 +42,8 @@ func (r *escReader) take(i int) (uint8, error) {
 	if r.k >= r.end {
 		return 0, errCorrupt(status.EscapeMissing, "group %d element %d: escape code with no escape entry left", r.gi, i)
 	}
-	v := binary.LittleEndian.Uint64(r.idx[EscIdxBytes*r.k:])
-	if v != uint64(i) {
+	v := binary.LittleEndian.Uint32(r.idx[EscIdxBytes*r.k:])
+	if uint64(v) != uint64(i) {
 		return 0, errCorrupt(status.EscapeMissing, "group %d element %d: escape code, but the next escape entry is element %d", r.gi, i, v)
 	}
 	e := r.exp[r.k]
@@ -54,7 +54,7 @@ func (r *escReader) take(i int) (uint8, error) {
 // done checks that every entry of the unit was taken.
 func (r *escReader) done() error {
 	if r.k != r.end {
-		v := binary.LittleEndian.Uint64(r.idx[EscIdxBytes*r.k:])
+		v := binary.LittleEndian.Uint32(r.idx[EscIdxBytes*r.k:])
 		return errCorrupt(status.EscapeMissing, "group %d: escape entry for element %d has no escape code", r.gi, v)
 	}
 	return nil

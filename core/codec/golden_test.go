@@ -96,8 +96,8 @@ func TestGolden(t *testing.T) {
 // TestHandMade decodes tensors written by hand from docs/LAYOUTS.md (the
 // same ones internal/ref checks itself against) with the fast decoder.
 func TestHandMade(t *testing.T) {
-	le64 := func(v uint64) []byte {
-		b := make([]byte, 8)
+	le32 := func(v uint32) []byte {
+		b := make([]byte, 4)
 		for i := range b {
 			b[i] = byte(v >> (8 * i))
 		}
@@ -107,14 +107,14 @@ func TestHandMade(t *testing.T) {
 		Groups: []codec.Group{{Elements: 3, Base: 120, Escapes: 1}}}
 	f12.Planes[codec.PlaneSM] = []byte{0x00, 0x81, 0x00}
 	f12.Planes[codec.PlaneCode] = []byte{0x77, 0x0F}
-	f12.Planes[codec.PlaneEscIdx] = le64(2)
+	f12.Planes[codec.PlaneEscIdx] = le32(2)
 	f12.Planes[codec.PlaneEscExp] = []byte{0}
 
 	fp := &codec.Tensor{Layout: codec.Fixed12, DType: codec.FP16, Shape: []int64{1, 2},
 		Groups: []codec.Group{{Elements: 2, Base: 15, Escapes: 1}}}
 	fp.Planes[codec.PlaneSM] = []byte{0x00, 0xF8, 0x3F}
 	fp.Planes[codec.PlaneCode] = []byte{0xF0}
-	fp.Planes[codec.PlaneEscIdx] = le64(1)
+	fp.Planes[codec.PlaneEscIdx] = le32(1)
 	fp.Planes[codec.PlaneEscExp] = []byte{30}
 
 	sm := &codec.Tensor{Layout: codec.Smallest, DType: codec.BF16, Shape: []int64{5},
@@ -124,7 +124,7 @@ func TestHandMade(t *testing.T) {
 	sm.Planes[codec.PlaneCode2] = []byte{0x0C}
 	sm.Planes[codec.PlaneCode3] = []byte{0x0F}
 	sm.Planes[codec.PlaneChunks] = make([]byte, 16)
-	sm.Planes[codec.PlaneEscIdx] = le64(4)
+	sm.Planes[codec.PlaneEscIdx] = le32(4)
 	sm.Planes[codec.PlaneEscExp] = []byte{0}
 
 	for _, c := range []struct {

@@ -86,8 +86,12 @@ const (
 	ChunkElements = 4096
 	// ChunkEntryBytes is the size of one PlaneChunks entry (two uint64).
 	ChunkEntryBytes = 16
-	// EscIdxBytes is the size of one PlaneEscIdx entry (a uint64).
-	EscIdxBytes = 8
+	// EscIdxBytes is the size of one PlaneEscIdx entry (a uint32 element
+	// index within the group).
+	EscIdxBytes = 4
+	// MaxGroupElements is the largest number of elements one group may hold
+	// (2^32-1), so that every escape index fits in a uint32.
+	MaxGroupElements = 1<<32 - 1
 	// MaxElements is the largest element count Pack and Validate accept
 	// (2^56, far beyond any tensor; it keeps size arithmetic exact).
 	MaxElements = 1 << 56

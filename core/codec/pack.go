@@ -14,6 +14,7 @@ import (
 // Errors: status.DType for an unknown dtype; status.InvalidArgument for bad
 // options, a negative dimension, or groups that do not split Shape[0];
 // status.Overflow if the shape has more than MaxElements elements;
+// status.InvalidArgument if a group would hold more than MaxGroupElements;
 // status.SizeMismatch if len(src) differs from the shape's element count.
 func Pack(src []uint16, dt DType, shape []int64, opt Options) (*Tensor, error) {
 	d, ok := dt.info()
@@ -32,12 +33,15 @@ func Pack(src []uint16, dt DType, shape []int64, opt Options) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(src) != total {
-		return nil, status.Errorf(status.SizeMismatch, "%d elements given for shape %v (%d elements)", len(src), shape, total)
-	}
 	G := max(opt.Groups, 1)
 	if G > 1 && (len(shape) == 0 || shape[0] < int64(G) || shape[0]%int64(G) != 0) {
 		return nil, status.Errorf(status.InvalidArgument, "%d groups do not split shape %v along axis 0", G, shape)
+	}
+	if per := total / G; per > MaxGroupElements {
+		return nil, status.Errorf(status.InvalidArgument, "group of %d elements exceeds 2^32-1; pack with groups=%d or more (a divisor of shape[0] = %d)", per, (total+MaxGroupElements-1)/MaxGroupElements, shape[0])
+	}
+	if len(src) != total {
+		return nil, status.Errorf(status.SizeMismatch, "%d elements given for shape %v (%d elements)", len(src), shape, total)
 	}
 	workers, err := workerCount(opt.Workers)
 	if err != nil {

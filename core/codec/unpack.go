@@ -98,7 +98,7 @@ func (p *plan) decodeUnits(units []unit, dst []uint16, dst0, workers int) error 
 func escStart(idx []byte, i int) int {
 	n := len(idx) / EscIdxBytes
 	return sort.Search(n, func(k int) bool {
-		return binary.LittleEndian.Uint64(idx[EscIdxBytes*k:]) >= uint64(i)
+		return uint64(binary.LittleEndian.Uint32(idx[EscIdxBytes*k:])) >= uint64(i)
 	})
 }
 

@@ -135,6 +135,9 @@ func newPlan(t *Tensor) (*plan, error) {
 		if g.Elements > MaxElements {
 			return nil, errCorrupt(status.SizeMismatch, "group of %d elements", g.Elements)
 		}
+		if g.Elements > MaxGroupElements {
+			return nil, errCorrupt(status.Corrupt, "group of %d elements exceeds 2^32-1 (escape indices are uint32)", g.Elements)
+		}
 		sum += g.Elements
 	}
 	if sum != uint64(total) {
@@ -257,7 +260,7 @@ func (p *plan) validateGroup(gi int) error {
 	}
 	prev := uint64(0)
 	for k := 0; k < n; k++ {
-		v := binary.LittleEndian.Uint64(idx[EscIdxBytes*k:])
+		v := uint64(binary.LittleEndian.Uint32(idx[EscIdxBytes*k:]))
 		if v >= g.Elements {
 			return errCorrupt(status.EscapeRange, "group %d: escape index %d >= %d elements", gi, v, g.Elements)
 		}

@@ -31,7 +31,7 @@ typedef struct glyd_kparams {
 	glyd_u64 code2;   /* PlaneCode2 (smallest): 2-bit level-2 codes, per-chunk segments */
 	glyd_u64 code3;   /* PlaneCode3 (smallest): 4-bit level-3 codes, per-chunk segments */
 	glyd_u64 chunks;  /* PlaneChunks (smallest): 2 x uint64 per 4096-element chunk */
-	glyd_u64 escidx;  /* PlaneEscIdx: uint64 element index within the group, ascending */
+	glyd_u64 escidx;  /* PlaneEscIdx: uint32 element index within the group, ascending */
 	glyd_u64 escexp;  /* PlaneEscExp: uint8 exponent of each escape */
 	glyd_u64 escrows; /* escape index (BuildEscapeIndex): uint32 rows[N+1], then at
 	                   * escrecs 8-byte records {uint32 k, uint16 true bf16, 0}; 0 if no escapes */

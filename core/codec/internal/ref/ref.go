@@ -136,7 +136,7 @@ func fixedSize(t *Tensor, d dtypeInfo, g *Group, p int) (uint64, bool) {
 		}
 		return 16 * ceilDiv(n, ChunkElements), true
 	case PlaneEscIdx:
-		return 8 * g.Escapes, true
+		return 4 * g.Escapes, true
 	case PlaneEscExp:
 		return g.Escapes, true
 	case PlaneCode2, PlaneCode3:
@@ -192,6 +192,9 @@ func Decode(t *Tensor) ([]uint16, error) {
 	for _, g := range t.Groups {
 		if g.Elements > MaxElements {
 			return nil, errf(status.SizeMismatch, "group of %d elements", g.Elements)
+		}
+		if g.Elements > 1<<32-1 {
+			return nil, errf(status.Corrupt, "group of %d elements: escape indices are uint32", g.Elements)
 		}
 		sum += g.Elements
 	}
@@ -266,11 +269,11 @@ func Decode(t *Tensor) ([]uint16, error) {
 		idx := t.Planes[PlaneEscIdx][sp[i][PlaneEscIdx].start:sp[i][PlaneEscIdx].end]
 		exp := t.Planes[PlaneEscExp][sp[i][PlaneEscExp].start:sp[i][PlaneEscExp].end]
 		for k := uint64(0); k < g.Escapes; k++ {
-			v := bits(idx, 64*k, 64)
+			v := bits(idx, 32*k, 32)
 			if v >= g.Elements {
 				return nil, errf(status.EscapeRange, "group %d: escape index %d >= %d elements", i, v, g.Elements)
 			}
-			if k > 0 && v <= bits(idx, 64*(k-1), 64) {
+			if k > 0 && v <= bits(idx, 32*(k-1), 32) {
 				return nil, errf(status.EscapeRange, "group %d: escape indices not ascending at entry %d", i, k)
 			}
 			if uint64(exp[k]) > d.maxExp {
@@ -337,7 +340,7 @@ func (e *escapes) take(i uint64) (uint64, error) {
 	if e.k >= e.n {
 		return 0, errf(status.EscapeMissing, "group %d element %d: escape code with no escape entry left", e.gi, i)
 	}
-	v := bits(e.idx, 64*e.k, 64)
+	v := bits(e.idx, 32*e.k, 32)
 	if v != i {
 		return 0, errf(status.EscapeMissing, "group %d element %d: escape code, but next escape entry is element %d", e.gi, i, v)
 	}

@@ -11,8 +11,8 @@ import (
 // so that the oracle is checked against the text and not only against the
 // encoder it judges.
 
-func le64(v uint64) []byte {
-	b := make([]byte, 8)
+func le32(v uint32) []byte {
+	b := make([]byte, 4)
 	for i := range b {
 		b[i] = byte(v >> (8 * i))
 	}
@@ -26,7 +26,7 @@ func TestFixed12ByHand(t *testing.T) {
 		Groups: []Group{{Elements: 3, Base: 120, Escapes: 1}}}
 	tt.Planes[PlaneSM] = []byte{0x00, 0x81, 0x00}
 	tt.Planes[PlaneCode] = []byte{0x77, 0x0F}
-	tt.Planes[PlaneEscIdx] = le64(2)
+	tt.Planes[PlaneEscIdx] = le32(2)
 	tt.Planes[PlaneEscExp] = []byte{0}
 	got, err := Decode(tt)
 	if err != nil || !slices.Equal(got, []uint16{0x3F80, 0xBF81, 0x0000}) {
@@ -50,7 +50,7 @@ func TestFixed12FP16ByHand(t *testing.T) {
 		Groups: []Group{{Elements: 2, Base: 15, Escapes: 1}}}
 	tt.Planes[PlaneSM] = []byte{0x00, 0xF8, 0x3F}
 	tt.Planes[PlaneCode] = []byte{0xF0}
-	tt.Planes[PlaneEscIdx] = le64(1)
+	tt.Planes[PlaneEscIdx] = le32(1)
 	tt.Planes[PlaneEscExp] = []byte{30}
 	got, err := Decode(tt)
 	if err != nil || !slices.Equal(got, []uint16{0x3C00, 0xFBFF}) {
@@ -74,7 +74,7 @@ func TestSmallestByHand(t *testing.T) {
 	tt.Planes[PlaneCode2] = []byte{0x0C}
 	tt.Planes[PlaneCode3] = []byte{0x0F}
 	tt.Planes[PlaneChunks] = make([]byte, 16)
-	tt.Planes[PlaneEscIdx] = le64(4)
+	tt.Planes[PlaneEscIdx] = le32(4)
 	tt.Planes[PlaneEscExp] = []byte{0}
 	want := []uint16{127 << 7, 0x8000 | 127<<7, 126<<7 | 5, 125<<7 | 0x7F, 0}
 	got, err := Decode(tt)
