@@ -23,8 +23,9 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
   implementation), reading its expert weights from a device scratch buffer
   where only the experts that receive tokens were decoded (decode kernel,
   bit-exact). Outputs are torch.equal to the bf16 model's.
-* ``"linear"`` (only when nothing else registered one): GlydLinear through the
-  fused kernel (shared experts, dense layers, Switch/NLLB experts).
+* ``"linear"``: filled by glyd.transformers.gpu_linear (register() calls it):
+  GlydLinear through the fused kernel or, exact, decode + F.linear (shared
+  experts, dense layers, Switch/NLLB experts).
 
 Layouts (decided by the packed attributes, not the family name):
 
@@ -826,27 +827,6 @@ def attach(model) -> None:
         m.forward = types.MethodType(_dbrx_forward, m)
 
 
-# ---- GlydLinear (only if no one else fills the hook) ---------------------------------------------
-
-def linear_forward(module, x: torch.Tensor) -> torch.Tensor:
-    """Fused y = x·Wᵀ + b from the packed weight (fixed12, bf16), else F.linear."""
-    holder = module._modules[module.__dict__["_glyd_attrs"]["weight"]]
-    b = module._parameters.get("bias")
-    if (holder.layout == "fixed12" and holder.dtype == torch.bfloat16 and x.dtype == torch.bfloat16
-            and holder.compute_dtype in (None, torch.bfloat16) and len(holder.shape) == 2
-            and (b is None or b.dtype == torch.bfloat16)):
-        from .. import _gpu
-
-        key = holder._planes_key()
-        dt = holder.__dict__.get("_glyd_dt")
-        if dt is None or dt[0] != key:
-            dt = (key, _gpu.DeviceTensor(layout=holder.layout, shape=holder.shape, groups=holder.groups,
-                                         planes=holder.planes(), device=holder.device))
-            holder.__dict__["_glyd_dt"] = dt
-        return dt[1].linear(x, b)
-    return F.linear(x, module.weight, b)
-
-
 # ---- registration --------------------------------------------------------------------------------
 
 def _interface_fn(self, hidden_states, top_k_index, top_k_weights):
@@ -862,15 +842,16 @@ def _interface_fn(self, hidden_states, top_k_index, top_k_weights):
 
 
 def register() -> None:
-    """Fill GPU_HOOKS (the linear hook only if empty) and register the "glyd"
+    """Fill GPU_HOOKS (the linear and decode hooks through gpu_linear) and register the "glyd"
     experts implementation with transformers (when installed)."""
     hooks = _m.GPU_HOOKS
     hooks["experts"] = experts_forward
     hooks["routed_groups"] = routed_groups
     hooks["decode_groups"] = decode_groups
     hooks["attach"] = attach
-    if hooks.get("linear") is None:
-        hooks["linear"] = linear_forward
+    from . import gpu_linear  # GlydLinear on the GPU (fused / exact), the "linear" and "decode" hooks
+
+    gpu_linear.register()
     try:
         from transformers.integrations.moe import ExpertsInterface
 
@@ -909,7 +890,7 @@ def pack_module(module, layout: str = "fixed12", workers: int = 0, exact: bool =
             for h in holders.values():
                 h.to(dev)
                 h.materialize_empty_planes()
-    attach(module)
+    _m.attach(module)  # the GPU_HOOKS["attach"] chain: routing outside the module, linears prepared
     return module
 
 

@@ -18,8 +18,9 @@ How the weight is decoded (dispatch, per call):
   per call, and only the experts the tokens are routed to (``unpack_group``)
   into a scratch buffer shared by the layers;
 * planes on a GPU -> the hooks :data:`GPU_HOOKS` (filled by the CUDA code):
-  ``"linear"(module, x)`` and ``"experts"(module, *args, **kwargs)`` replace
-  the whole forward when ``module.exact`` is False; ``"decode"(holder, groups)``
+  ``"linear"(module, x)`` replaces GlydLinear's forward (it handles ``exact``
+  itself: glyd.transformers.gpu_linear); ``"experts"(module, *args, **kwargs)``
+  replaces the whole forward when ``module.exact`` is False; ``"decode"(holder, groups)``
   decodes planes on the device. Without hooks the planes are copied to the CPU,
   decoded there and the bf16 weight is cached on the GPU (decode-on-load).
 
@@ -41,7 +42,8 @@ from torch.nn import functional as F
 from ..tensor import PLANE_NAMES, Group, PackedTensor
 
 #: Hooks for the GPU path, filled by the CUDA code (glyd.gpu):
-#:   "linear":  fn(module: GlydLinear, x) -> y         fused decode+matmul
+#:   "linear":  fn(module: GlydLinear, x) -> y         fused decode+matmul, or exact
+#:              (decode just in time + F.linear) when module.exact (gpu_linear.py)
 #:   "experts": fn(module, *args, **kwargs) -> y        fused experts forward
 #:   "decode":  fn(holder: PackedWeight, groups) -> bf16 tensor on the planes' device
 #: and, for experts (glyd.transformers.gpu_experts):
@@ -266,11 +268,12 @@ class GlydModule:
 
 class GlydLinear(GlydModule, nn.Linear):
     """nn.Linear whose weight is packed. CPU: F.linear on the decoded bf16 weight
-    (identical to nn.Linear); GPU: the "linear" hook unless exact."""
+    (identical to nn.Linear); GPU: the "linear" hook, which honours ``exact``
+    (glyd.transformers.gpu_linear: fused kernel, or decode just in time + F.linear)."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         hook = GPU_HOOKS.get("linear")
-        if hook is not None and not self.exact and input.device.type == "cuda":
+        if hook is not None and input.device.type == "cuda":
             return hook(self, input)
         return F.linear(input, self.weight, self.bias)
 

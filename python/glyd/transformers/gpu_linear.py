@@ -1,0 +1,313 @@
+"""GlydLinear on the GPU: the one implementation of ``GPU_HOOKS["linear"]``.
+
+A packed ``nn.Linear`` (:class:`glyd.transformers.modules.GlydLinear`) whose
+input is on a CUDA device calls :func:`linear_forward`. Two paths (D9):
+
+* default (``module.exact`` False), fixed12 bf16 weight: Glyd's fused kernel
+  (``glyd_gpu_linear``) reads the packed planes and decodes them inside the
+  matmul; the bf16 weight is never written to memory. Results are within bf16
+  rounding of the bf16 model and deterministic.
+* ``exact=True`` (and layouts without a fused kernel, ``smallest``): the
+  weight is decoded to bf16 just in time into a temporary buffer from torch's
+  caching allocator (decode kernel, bit-exact), then the very op of the bf16
+  model runs: ``F.linear(x, w, bias)``. Outputs are bit-identical to the bf16
+  model's on the same GPU. The temporary is freed after the call (only one
+  layer's bf16 weight is ever resident).
+
+Weights that are not bf16 (fp16 checkpoints) or have a compute dtype other
+than bf16 fall back to ``F.linear(x, module.weight, bias)`` (decoded once and
+cached, the behaviour of modules.PackedWeight.decode).
+
+torch.compile: the layer is the custom op ``torch.ops.glyd.linear`` (defined
+here with torch.library.custom_op and a fake implementation for shapes).
+Under torch.compile, :func:`linear_forward` emits that op, so dynamo traces a
+GlydLinear without a graph break; the op itself is opaque to the compiler
+(inductor does not fuse into it). In eager mode the same implementation is
+called directly, skipping the dispatcher (a few microseconds per layer).
+
+CUDA graphs: both paths are capturable. A call enqueues kernels on the current
+stream, allocates only its output (and, for split-K, a workspace; for exact,
+the decoded weight) from torch's caching allocator, and never synchronizes
+with the host. A weight's device state (the escape index the fused kernel
+reads) is built once, outside any capture: at load (``prepare``, run by the
+``attach`` hook of a loaded model) or at the first eager call; a call inside a
+capture that would have to build it raises instead (warm up first, as CUDA
+graph capture requires anyway).
+
+Bad input raises glyd.InvalidArgumentError naming the argument: ``input`` on
+another device than the weight or of another dtype than the weight's compute
+dtype, ``bias`` of the wrong dtype, device or size. A non-contiguous input is
+copied (like nn.Linear, which accepts any strides); an input that is not
+16-byte aligned is copied too (the fused kernel's fast path needs 16 bytes).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import List, Optional
+
+import torch
+from torch.nn import functional as F
+
+from ..errors import InvalidArgumentError
+from . import modules as _m
+
+__all__ = ["linear_forward", "decode_weight", "prepare", "register", "device_tensor", "fused_supported"]
+
+OP_NAME = "glyd::linear"
+
+# handle (int) -> weakref to the PackedWeight; the op carries the handle, not the object.
+_HOLDERS: dict = {}
+_NEXT = [1]
+
+
+def _handle(holder) -> int:
+    h = holder.__dict__.get("_glyd_handle")
+    if h is None:
+        h = _NEXT[0]
+        _NEXT[0] += 1
+        _HOLDERS[h] = weakref.ref(holder)
+        holder.__dict__["_glyd_handle"] = h
+    return h
+
+
+_handle_eager = torch.compiler.disable(_handle)
+
+
+def _holder_of(handle: int):
+    ref = _HOLDERS.get(int(handle))
+    h = ref() if ref is not None else None
+    if h is None:
+        raise InvalidArgumentError(1, f"glyd::linear: weight handle {handle} names no live packed weight")
+    return h
+
+
+def _weight_holder(module):
+    return module._modules[module.__dict__["_glyd_attrs"]["weight"]]
+
+
+def fused_supported(holder) -> bool:
+    """True if the fused kernel can run this weight (fixed12, bf16, 2-D, bf16 compute)."""
+    return (holder.layout == "fixed12" and holder.dtype == torch.bfloat16 and len(holder.shape) == 2
+            and holder.compute_dtype in (None, torch.bfloat16) and holder.num_groups == 1)
+
+
+def _decodable(holder) -> bool:
+    """True if the GPU decode kernel can decode this weight (bf16, fixed12 or smallest)."""
+    return holder.dtype == torch.bfloat16 and holder.layout in ("fixed12", "smallest")
+
+
+# ---- per-weight device state ------------------------------------------------------------------
+
+class _State:
+    """The DeviceTensor of one PackedWeight (planes as they are now) plus the
+    workspace bound per row count (a pure host computation, cached)."""
+
+    __slots__ = ("key", "dt", "bounds")
+
+    def __init__(self, key, dt):
+        self.key, self.dt, self.bounds = key, dt, {}
+
+    def workspace_bound(self, rows: int) -> int:
+        b = self.bounds.get(rows)
+        if b is None:
+            b = self.bounds[rows] = self.dt.workspace_bound(rows)
+        return b
+
+
+def _state(holder) -> _State:
+    key = holder._planes_key()
+    st = holder.__dict__.get("_glyd_state")
+    if st is not None and st.key == key:
+        return st
+    from .. import _gpu
+
+    dev = holder.device
+    if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            f"glyd: the packed weight {holder.attr!r} {holder.shape} was never used on {dev} before this CUDA "
+            f"graph capture; its device state (escape index) must be built outside the capture: run one "
+            f"forward pass first (warm-up) or call glyd.transformers.gpu_linear.prepare(model)")
+    dt = _gpu.DeviceTensor(layout=holder.layout, shape=holder.shape, groups=holder.groups, planes=holder.planes(),
+                           device=dev)
+    st = _State(key, dt)
+    holder.__dict__["_glyd_state"] = st
+    return st
+
+
+def device_tensor(holder):
+    """The glyd._gpu.DeviceTensor over a PackedWeight's planes (cached while the planes stay put)."""
+    return _state(holder).dt
+
+
+def decode_weight(holder, groups=None) -> torch.Tensor:
+    """GPU_HOOKS["decode"]: the whole weight decoded on its device (a new tensor,
+    bit-exact), cast to the holder's compute dtype by the caller. Weights the
+    kernels do not take (fp16) are decoded by libglyd on the CPU and copied."""
+    if holder.device.type == "cuda" and _decodable(holder):
+        return _state(holder).dt.decode()
+    return holder.packed().unpack().to(holder.device)
+
+
+def prepare(model) -> int:
+    """Build the device state of every packed linear of ``model`` whose planes
+    are on a CUDA device (before CUDA graph capture), and give every packed
+    linear its handle for torch.ops.glyd.linear. Returns how many were built."""
+    n = 0
+    for _, m in _m.iter_packed_modules(model):
+        if not isinstance(m, _m.GlydLinear):
+            continue
+        h = _weight_holder(m)
+        _handle(h)  # torch.compile reads it
+        if h.device.type == "cuda" and _decodable(h):
+            _state(h)
+            n += 1
+    return n
+
+
+# ---- the computation -----------------------------------------------------------------------------
+
+def _check(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
+    k = holder.shape[-1]
+    dt = holder.compute_dtype or holder.dtype
+    if not torch.is_tensor(x):
+        raise InvalidArgumentError(1, f"input must be a torch.Tensor, not {type(x).__name__}")
+    if x.device != holder.device:
+        raise InvalidArgumentError(1, f"input is on {x.device}, the packed weight {holder.shape} on {holder.device}")
+    if x.dtype != dt:
+        raise InvalidArgumentError(1, f"input is {x.dtype}, the packed weight computes in {dt}")
+    if x.dim() == 0 or x.shape[-1] != k:
+        raise InvalidArgumentError(1, f"input has shape {tuple(x.shape)}, the last dimension must be {k}")
+    if bias is not None:
+        n = holder.shape[0]
+        if bias.device != holder.device or bias.dtype != dt or bias.dim() != 1 or bias.shape[0] != n:
+            raise InvalidArgumentError(1, f"bias must be {dt} [{n}] on {holder.device}, got {bias.dtype} "
+                                          f"{tuple(bias.shape)} on {bias.device}")
+
+
+def _fused(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    import ctypes
+
+    from .. import _gpu, _lib
+
+    st = _state(holder)
+    dt = st.dt
+    n, k = holder.shape
+    x2 = x.reshape(-1, k)
+    if not x2.is_contiguous() or x2.data_ptr() % 16:
+        x2 = x2.clone(memory_format=torch.contiguous_format)  # a fresh block: contiguous and aligned
+    if bias is not None and not bias.is_contiguous():
+        bias = bias.contiguous()
+    rows = x2.shape[0]
+    out = torch.empty((*x.shape[:-1], n), dtype=torch.bfloat16, device=x.device)
+    need = st.workspace_bound(rows) if rows else 0
+    ws = torch.empty(need, dtype=torch.uint8, device=x.device) if need else None
+    dev = dt.device
+    status = _gpu._gpu().glyd_gpu_linear(
+        dev.index, torch.cuda.current_stream(dev).cuda_stream, x2.data_ptr(), rows, ctypes.byref(dt._c),
+        bias.data_ptr() if bias is not None else None, out.data_ptr(),
+        ws.data_ptr() if ws is not None else None, need)
+    if status:
+        _lib.check(status)
+    return out
+
+
+def _decoded(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """exact: decode just in time, then the bf16 model's own op."""
+    if x.device.type == "cuda" and _decodable(holder):
+        w = _state(holder).dt.decode()
+        if holder.compute_dtype is not None and holder.compute_dtype != w.dtype:
+            w = w.to(holder.compute_dtype)
+    else:  # CPU, or weights the GPU kernels do not take: the holder's own decode (cached)
+        w = holder.decode()
+    return F.linear(x, w, bias)
+
+
+def _impl(holder, x: torch.Tensor, bias: Optional[torch.Tensor], exact: bool) -> torch.Tensor:
+    _check(holder, x, bias)
+    if not exact and x.device.type == "cuda" and fused_supported(holder):
+        return _fused(holder, x, bias)
+    return _decoded(holder, x, bias)
+
+
+# ---- the custom op (torch.compile) ----------------------------------------------------------------
+
+def _define_op():
+    try:
+        return torch.ops.glyd.linear  # defined already (module imported twice)
+    except (AttributeError, RuntimeError):
+        pass
+
+    @torch.library.custom_op(OP_NAME, mutates_args=())
+    def glyd_linear(x: torch.Tensor, planes: List[torch.Tensor], bias: Optional[torch.Tensor], weight: int,
+                    out_features: int, exact: bool) -> torch.Tensor:
+        """y = x @ W.T (+ bias), W the packed weight registered as handle `weight`
+        (its planes are passed too, so the graph depends on them)."""
+        return _impl(_holder_of(weight), x, bias, exact)
+
+    @glyd_linear.register_fake
+    def _(x, planes, bias, weight, out_features, exact):
+        return x.new_empty((*x.shape[:-1], out_features))
+
+    @torch.library.custom_op("glyd::decode", mutates_args=())
+    def glyd_decode(planes: List[torch.Tensor], weight: int, shape: List[int], dtype: torch.dtype) -> torch.Tensor:
+        """The packed weight `weight` decoded (bit-exact), in `dtype` (a new tensor)."""
+        h = _holder_of(weight)
+        w = decode_weight(h) if h.device.type == "cuda" else h.packed().unpack()
+        return w.to(dtype)
+
+    @glyd_decode.register_fake
+    def _(planes, weight, shape, dtype):
+        return torch.empty(shape, dtype=dtype, device=planes[0].device)
+
+    # Backward (the weights are frozen): grad x = grad y @ W, grad bias = sum of grad y.
+    def setup_context(ctx, inputs, output):
+        x, planes, bias, weight, out_features, exact = inputs
+        ctx.planes, ctx.weight, ctx.k, ctx.dtype = planes, weight, x.shape[-1], x.dtype
+        ctx.bias = bias is not None
+
+    def backward(ctx, gy):
+        w = torch.ops.glyd.decode(ctx.planes, ctx.weight, [gy.shape[-1], ctx.k], ctx.dtype)
+        gx = gy @ w
+        gb = gy.reshape(-1, gy.shape[-1]).sum(0) if ctx.bias else None
+        return gx, [None] * len(ctx.planes), gb, None, None, None
+
+    glyd_linear.register_autograd(backward, setup_context=setup_context)
+    return torch.ops.glyd.linear
+
+
+def linear_forward(module, x: torch.Tensor) -> torch.Tensor:
+    """GPU_HOOKS["linear"]: forward of a GlydLinear whose input is on a CUDA device."""
+    holder = _weight_holder(module)
+    bias = module.bias
+    exact = bool(module.exact)
+    if torch.compiler.is_compiling():
+        handle = holder.__dict__.get("_glyd_handle")
+        if handle is None:  # not prepared: register outside the trace (one graph break, first trace only)
+            handle = _handle_eager(holder)
+        planes = [p for p in holder._parameters.values() if p is not None]
+        return torch.ops.glyd.linear(x, planes, bias, handle, holder.shape[0], exact)
+    return _impl(holder, x, bias, exact)
+
+
+_PREV_ATTACH: list = [None]
+
+
+def _attach(model) -> None:
+    """GPU_HOOKS["attach"] (run once a model is loaded): the previous attach hook
+    (experts routing, gpu_experts.attach), then prepare(model)."""
+    if _PREV_ATTACH[0] is not None:
+        _PREV_ATTACH[0](model)
+    prepare(model)
+
+
+def register() -> None:
+    """Define the custom op and fill GPU_HOOKS["linear"] and ["decode"]; chain
+    prepare() after the "attach" hook (idempotent)."""
+    _define_op()
+    hooks = _m.GPU_HOOKS
+    hooks["linear"] = linear_forward
+    hooks["decode"] = decode_weight
+    if hooks.get("attach") is not _attach:
+        _PREV_ATTACH[0] = hooks.get("attach")
+        hooks["attach"] = _attach
