@@ -1,0 +1,256 @@
+"""The CPU side of the GPU layer: the glyd::linear custom op (schema, fake
+kernel, autograd, torch.compile), the GPU_HOOKS wiring, argument checking,
+and the benchmark's command line and tables (no GPU needed)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import glyd
+from glyd.errors import InvalidArgumentError
+from glyd.transformers import gpu_experts, gpu_linear
+from glyd.transformers import modules as M
+
+
+class _Proj(nn.Module):
+    def __init__(self, k=64, n=48, bias=True):
+        super().__init__()
+        self.proj = nn.Linear(k, n, bias=bias)
+
+
+def packed_linear(k=64, n=48, bias=True, seed=0, layout="fixed12"):
+    torch.manual_seed(seed)
+    m = _Proj(k, n, bias).to(torch.bfloat16)
+    ref = copy.deepcopy(m.proj)
+    gpu_experts.pack_module(m, layout=layout)
+    return m.proj, ref
+
+
+class _Call(nn.Module):
+    """Calls the GPU hook directly (GlydLinear.forward takes it only for CUDA inputs)."""
+
+    def __init__(self, lin):
+        super().__init__()
+        self.lin = lin
+
+    def forward(self, x):
+        return gpu_linear.linear_forward(self.lin, x) * 2
+
+
+def test_hooks_are_filled_by_gpu_linear():
+    assert M.GPU_HOOKS["linear"] is gpu_linear.linear_forward
+    assert M.GPU_HOOKS["decode"] is gpu_linear.decode_weight
+    assert M.GPU_HOOKS["attach"] is gpu_linear._attach
+    assert gpu_linear._PREV_ATTACH[0] is gpu_experts.attach
+    assert not hasattr(gpu_experts, "linear_forward")  # one implementation of the linear path
+    gpu_experts.register()  # idempotent: the chain is not wrapped twice
+    assert M.GPU_HOOKS["attach"] is gpu_linear._attach and gpu_linear._PREV_ATTACH[0] is gpu_experts.attach
+    assert hasattr(torch.ops.glyd, "linear") and hasattr(torch.ops.glyd, "decode")
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("layout", ["fixed12", "smallest"])
+def test_hook_on_cpu_is_exact(exact, layout):
+    lin, ref = packed_linear(layout=layout)
+    lin.exact = exact
+    x = torch.randn(3, 5, 64).to(torch.bfloat16)
+    assert torch.equal(gpu_linear.linear_forward(lin, x), ref(x))
+    assert torch.equal(lin(x), ref(x))  # GlydLinear.forward on the CPU: unchanged
+
+
+def test_pack_module_prepares_handles():
+    lin, _ = packed_linear()
+    h = lin.packed_weight.__dict__.get("_glyd_handle")
+    assert isinstance(h, int) and gpu_linear._holder_of(h) is lin.packed_weight
+
+
+def test_op_direct_and_fake():
+    lin, ref = packed_linear(bias=False)
+    h = lin.packed_weight
+    planes = [p for p in h._parameters.values()]
+    x = torch.randn(4, 64).to(torch.bfloat16)
+    y = torch.ops.glyd.linear(x, planes, None, h._glyd_handle, 48, False)
+    assert torch.equal(y, ref(x))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fx = mode.from_tensor(torch.empty(2, 7, 64, dtype=torch.bfloat16))
+        fy = torch.ops.glyd.linear(fx, [mode.from_tensor(p) for p in planes], None, h._glyd_handle, 48, True)
+        assert fy.shape == (2, 7, 48) and fy.dtype == torch.bfloat16
+        fw = torch.ops.glyd.decode([mode.from_tensor(p) for p in planes], h._glyd_handle, [48, 64], torch.bfloat16)
+        assert fw.shape == (48, 64)
+
+
+def test_opcheck():
+    lin, _ = packed_linear()
+    h = lin.packed_weight
+    planes = [p for p in h._parameters.values()]
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    torch.library.opcheck(torch.ops.glyd.linear.default, (x, planes, lin.bias.detach(), h._glyd_handle, 48, False))
+
+
+def test_unknown_handle():
+    x = torch.randn(1, 64).to(torch.bfloat16)
+    with pytest.raises(InvalidArgumentError, match="handle"):
+        torch.ops.glyd.linear(x, [], None, 10**9, 48, False)
+
+
+def test_torch_compile_no_graph_break():
+    lin, ref = packed_linear()
+    mod = _Call(lin)
+    x = torch.randn(2, 3, 64).to(torch.bfloat16)
+    want = ref(x) * 2
+    ex = torch._dynamo.explain(mod)(x)
+    assert ex.graph_break_count == 0 and ex.graph_count == 1, ex.break_reasons
+    assert "glyd.linear" in ex.graphs[0].code
+    got = torch.compile(mod, backend="aot_eager", fullgraph=True)(x)
+    assert torch.equal(got, want)
+
+
+def test_torch_compile_unprepared_breaks_once():
+    lin, ref = packed_linear(seed=3)
+    del lin.packed_weight.__dict__["_glyd_handle"]
+    mod = _Call(lin)
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    torch._dynamo.reset()
+    got = torch.compile(mod, backend="aot_eager")(x)
+    assert torch.equal(got, ref(x) * 2)
+    assert isinstance(lin.packed_weight.__dict__.get("_glyd_handle"), int)
+
+
+def test_backward_through_input():
+    lin, ref = packed_linear(seed=4)
+    mod = torch.compile(_Call(lin), backend="aot_eager", fullgraph=True)
+    x = torch.randn(3, 64).to(torch.bfloat16).requires_grad_()
+    mod(x).float().sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    (ref(x2) * 2).float().sum().backward()
+    assert torch.allclose(x.grad.float(), x2.grad.float(), rtol=2e-2, atol=1e-2)
+    assert lin.bias.grad is not None and torch.allclose(lin.bias.grad.float(), ref.bias.grad.float())
+
+
+# ---- bad input --------------------------------------------------------------------------------
+
+def test_bad_input_dtype():
+    lin, _ = packed_linear()
+    with pytest.raises(InvalidArgumentError, match="input"):
+        gpu_linear.linear_forward(lin, torch.randn(2, 64))  # float32
+
+
+def test_bad_input_shape():
+    lin, _ = packed_linear()
+    with pytest.raises(InvalidArgumentError, match="input.*last dimension"):
+        gpu_linear.linear_forward(lin, torch.randn(2, 63).to(torch.bfloat16))
+
+
+def test_bad_input_device():
+    lin, _ = packed_linear()
+    with pytest.raises(InvalidArgumentError, match="input is on meta"):
+        gpu_linear.linear_forward(lin, torch.empty(2, 64, dtype=torch.bfloat16, device="meta"))
+
+
+def test_bad_bias():
+    lin, _ = packed_linear()
+    lin.bias = nn.Parameter(torch.zeros(47, dtype=torch.bfloat16), requires_grad=False)
+    with pytest.raises(InvalidArgumentError, match="bias"):
+        gpu_linear.linear_forward(lin, torch.randn(2, 64).to(torch.bfloat16))
+    lin.bias = nn.Parameter(torch.zeros(48, dtype=torch.float32), requires_grad=False)
+    with pytest.raises(InvalidArgumentError, match="bias"):
+        gpu_linear.linear_forward(lin, torch.randn(2, 64).to(torch.bfloat16))
+
+
+def test_non_contiguous_input_is_accepted():
+    lin, ref = packed_linear()
+    x = torch.randn(64, 5).to(torch.bfloat16).t()
+    assert not x.is_contiguous()
+    assert torch.equal(gpu_linear.linear_forward(lin, x), ref(x))
+
+
+def test_fused_supported():
+    lin, _ = packed_linear()
+    assert gpu_linear.fused_supported(lin.packed_weight)
+    lin2, _ = packed_linear(layout="smallest")
+    assert not gpu_linear.fused_supported(lin2.packed_weight)
+
+
+# ---- the benchmark, without a GPU ----------------------------------------------------------------
+
+def test_bench_args():
+    from glyd.gpu import bench
+
+    a = bench.parse_args([])
+    assert a.tables == [1, 2, 4, 5, 6] and a.reps >= 15
+    assert a.step_batches == "1,8,32,64" and a.step_layers == 36 and a.tokens.startswith("1,8,32,64,128")
+    q = bench.parse_args(["--quick", "--moe", "--tables", "2,5"])
+    assert q.tables == [2, 3, 5] and q.reps == 15 and q.step_layers < 36
+    assert bench.parse_args(["--decode", "--tables", "1"]).tables == [1, 4]
+    for bad in (["--tables", "7"], ["--reps", "5"], ["--tokens", "1,x"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+
+
+def test_bench_no_gpu_exits_2(monkeypatch):
+    from glyd import _gpu
+    from glyd.gpu import bench
+
+    monkeypatch.setattr(_gpu, "available", lambda: False)
+    assert bench.main(["--quick"]) == 2
+
+
+def test_bench_tables_format():
+    from glyd.gpu import bench
+
+    env = dict(gpu="G (1 SMs, 1 GiB)", driver="1 (CUDA 13.0)", cuda="13.0", torch="t", transformers="5",
+               date="d", host="h", command="python -m glyd.gpu bench --quick")
+    rep = bench.Report(env)
+    r = dict(batch=1, bf16_ms=8.0, glyd_ms=7.0, logits_rel_err=1e-3, bf16_linears_ms=4.0, glyd_linears_ms=3.0)
+    t = rep.table("Table 2", ["a", "b", "c", "d", "e", "f", "g", "h"],
+                  [bench._table2_row(r), bench._table2_row(dict(batch=8, error="E: x"))])
+    assert "| 1 | 8.000 | 7.000 | 0.875 | 4.000 (50%) | 3.000 (43%) | 0.750 | 1.00e-03 |" in t
+    assert "GPU" not in t.split("\n")[0] and "G (1 SMs" in t and "--quick" in t
+    rows = bench._table5_rows(dict(layout="fixed12", bf16_gb=16, glyd_gb=12, bf16_save_s=1, glyd_save_s=1,
+                                   bf16_load_s=6, glyd_load_s=1, pack_s=2))
+    assert rows[1][-1] == "8.0x faster"
+    assert rep.summary().count("## Table 2") == 1
+
+
+def test_bench_qwen3_8b_on_meta():
+    from transformers import AutoModelForCausalLM
+
+    from glyd.gpu import bench
+
+    with torch.device("meta"):
+        m = AutoModelForCausalLM.from_config(bench.qwen3_8b_config(36), dtype=torch.bfloat16)
+    n = sum(p.numel() for p in m.parameters())
+    assert 8.18e9 < n < 8.20e9  # Qwen3-8B: 8.19 B parameters
+    lin = [x for x in m.modules() if isinstance(x, nn.Linear)]
+    assert len(lin) == 36 * 7 + 1
+
+
+def test_bench_step_runner_cpu():
+    """Table 2's decode step (static cache) on a tiny Qwen3, bf16 and Glyd: equal logits on the CPU."""
+    import tempfile
+
+    from transformers import Qwen3Config
+
+    from glyd.gpu import bench
+
+    c = Qwen3Config(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, vocab_size=99, tie_word_embeddings=False)
+    model = bench.random_model(c, "cpu")
+    assert torch.isfinite(model.model.rotary_emb.inv_freq).all()
+    with tempfile.TemporaryDirectory() as d:
+        glyd.save_pretrained(model, d + "/g", progress=False)
+        gm = glyd.from_pretrained(d + "/g")
+    sb, sg = bench.StepRunner(model, 2, 5, 16), bench.StepRunner(gm, 2, 5, 16)
+    sb.step()
+    sg.step()
+    assert torch.equal(sb.logits, sg.logits) and torch.isfinite(sb.logits).all()
+    fn, n = bench.linears_fn(gm, 3)
+    fn()
+    assert n == 2 * 7 + 1
+    assert bench.model_bytes(gm) < bench.model_bytes(model)
