@@ -212,6 +212,8 @@ class DeviceTensor:
             out = torch.empty(shape, dtype=torch.bfloat16, device=self.device)
         elif out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous():
             raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {self.device}")
+        elif out.numel() != _numel(shape):
+            raise InvalidArgumentError(1, f"out has {out.numel()} elements, the decoded tensor {_numel(shape)}")
         _lib.check(_gpu().glyd_gpu_decode(self.device.index, _stream(self.device), ctypes.byref(self._c), group,
                                           out.data_ptr(), out.numel() * 2))
         return out
@@ -231,8 +233,13 @@ class DeviceTensor:
         rows = x2.shape[0]
         if out is None:
             out = torch.empty((*x.shape[:-1], n), dtype=torch.bfloat16, device=self.device)
-        if bias is not None and (bias.dtype != torch.bfloat16 or bias.numel() != n or not bias.is_contiguous()):
-            raise InvalidArgumentError(1, f"bias must be a contiguous bfloat16 tensor of {n} elements")
+        elif (out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous()
+              or out.numel() != rows * n):
+            raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor of {rows}x{n} elements on "
+                                          f"{self.device}, got {out.dtype} {tuple(out.shape)} on {out.device}")
+        if bias is not None and (bias.dtype != torch.bfloat16 or bias.numel() != n or not bias.is_contiguous()
+                                 or bias.device != self.device):
+            raise InvalidArgumentError(1, f"bias must be a contiguous bfloat16 tensor of {n} elements on {self.device}")
         lib = _gpu()
         ws_ptr, ws_n = None, 0
         if workspace is None:
@@ -241,6 +248,10 @@ class DeviceTensor:
                 workspace = torch.empty(need, dtype=torch.uint8, device=self.device)
         if workspace is not None:
             ws_ptr, ws_n = workspace.data_ptr(), workspace.numel() * workspace.element_size()
+            if workspace.device != self.device or not workspace.is_contiguous() or ws_ptr % 16:
+                raise InvalidArgumentError(1, f"workspace must be a contiguous, 16-byte aligned tensor on {self.device}")
+            if ws_n < self.workspace_bound(rows):
+                raise InvalidArgumentError(1, f"workspace has {ws_n} bytes, the kernel needs {self.workspace_bound(rows)}")
         _lib.check(lib.glyd_gpu_linear(
             self.device.index, _stream(self.device), x2.data_ptr(), rows, ctypes.byref(self._c),
             bias.data_ptr() if bias is not None else None, out.data_ptr(), ws_ptr, ws_n))
@@ -256,6 +267,13 @@ class DeviceTensor:
 
     def __repr__(self):
         return f"DeviceTensor(layout={self.layout!r}, shape={self.shape}, groups={len(self.groups)}, device={self.device})"
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
 
 
 def linear_kernel(w: DeviceTensor, rows: int) -> str:
