@@ -220,8 +220,8 @@ def header(env: dict) -> str:
 class Report:
     """Collects the tables; each is printed when done and all again at the end."""
 
-    def __init__(self, env):
-        self.env, self.tables, self.results = env, [], {"env": env}
+    def __init__(self, env, markdown: str = ""):
+        self.env, self.tables, self.results, self.markdown = env, [], {"env": env}, markdown
 
     def table(self, title: str, columns, rows, notes=()):
         lines = [f"## {title}", header(self.env), ""]
@@ -232,7 +232,14 @@ class Report:
         text = "\n".join(lines)
         self.tables.append(text)
         print("\n" + text + "\n", flush=True)
+        self.save()
         return text
+
+    def save(self):
+        """Write the tables so far (a timeout later still leaves them)."""
+        if self.markdown:
+            with open(self.markdown, "w") as f:
+                f.write(self.summary() + "\n")
 
     def summary(self) -> str:
         return "\n\n".join(["# glyd.gpu bench: all tables"] + self.tables)
@@ -596,11 +603,15 @@ def _table5_rows(r):
 # ---- table 6 -----------------------------------------------------------------------------------------
 
 def gpu_pack_fn():
-    """The GPU pack of this build, or None: DeviceTensor.pack(w, layout=...) or glyd._gpu.pack(w, layout=...)."""
+    """The GPU pack of this build, or None: glyd._gpu.pack_planes(w, layout=...) (planes stay on
+    the GPU), else DeviceTensor.pack / glyd._gpu.pack (whatever this build has)."""
     from .. import _gpu
 
-    fn = getattr(_gpu.DeviceTensor, "pack", None) or getattr(_gpu, "pack", None)
-    return fn
+    for fn in (getattr(_gpu, "pack_planes", None), getattr(_gpu.DeviceTensor, "pack", None),
+               getattr(_gpu, "pack", None)):
+        if callable(fn):
+            return fn
+    return None
 
 
 def table6(args, rep):
@@ -645,8 +656,8 @@ def table6(args, rep):
                 rows.append(("GPU", layout, f"{wg.numel() * 2 / 1e6:.0f}", f"{ms:.3f}", f"{gbs:.2f}", "—"))
             except Exception as e:
                 rows.append(("GPU", layout, "", "error", f"{type(e).__name__}: {str(e)[:100]}", ""))
-        notes.append("GPU pack timed with CUDA events around each call (it returns planes of data-dependent "
-                     "size), median of the calls.")
+        notes.append(f"GPU: {getattr(fn, '__qualname__', fn)} timed with CUDA events around each call (eager: "
+                     f"plane sizes are data-dependent, the call synchronizes), median of {args.reps}.")
     rep.results["pack"] = res
     rep.table("Table 6. Pack throughput (GB/s of bf16 in)", ["where", "layout", "MB in", "ms", "GB/s", "GB/s per core"],
               rows, notes)
@@ -768,7 +779,7 @@ def main(argv=None) -> int:
     import logging
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    rep = Report(environment(argv))
+    rep = Report(environment(argv), args.markdown)
     print("# " + header(rep.env), flush=True)
     sets = None
     steps = [(1, lambda: table1(args, rep)), (4, None), (2, None), (5, None), (6, lambda: table6(args, rep)),
@@ -797,6 +808,7 @@ def main(argv=None) -> int:
 
             traceback.print_exc()
             rep.tables.append(f"## Table {t}: FAILED: {type(e).__name__}: {str(e)[:500]}")
+            rep.save()
         sets = None if t != 1 else sets
         torch.cuda.empty_cache()
     summary = rep.summary()
@@ -804,9 +816,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rep.results, f, indent=1, default=str)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(summary + "\n")
+    rep.save()
     return 0
 
 

@@ -1,0 +1,294 @@
+"""GlydLinear on the GPU (glyd.transformers.gpu_linear), on a tiny Qwen3 model:
+
+* exact=True: logits torch.equal to the bf16 model's on the same GPU;
+* default (fused) mode: logits within LOGITS_REL of the bf16 model's;
+* determinism: the checkpoint saved packed and loaded gives logits bit for bit
+  equal to the same bf16 model packed in memory as it loads (both modes);
+* torch.compile (fullgraph=False) runs the custom op glyd::linear, the
+  GlydLinear alone compiles with fullgraph=True (no graph break);
+* a decode step with a static KV cache captured in a CUDA graph replays
+  correctly with new inputs (default and exact);
+* bad input raises glyd.InvalidArgumentError naming the argument.
+Skipped without a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import glyd
+
+pytestmark = pytest.mark.gpu
+
+_gpu = pytest.importorskip("glyd._gpu")
+if not torch.cuda.is_available() or not _gpu.available():
+    pytest.skip("no CUDA GPU (or libglyd finds no driver)", allow_module_level=True)
+
+from glyd.errors import InvalidArgumentError  # noqa: E402
+from glyd.gpu.bench import StepRunner, linears_fn  # noqa: E402
+from glyd.transformers import gpu_experts, gpu_linear  # noqa: E402
+from glyd.transformers.modules import GlydLinear, iter_packed_modules, set_exact  # noqa: E402
+
+from conftest import model_inputs  # noqa: E402
+
+DEV = torch.device("cuda", 0)
+#: Default (fused) mode, whole-model logits vs bf16: ||got - ref|| / ||ref||.
+LOGITS_REL = 2.0 ** -5
+
+
+def _inputs():
+    return {k: v.to(DEV) for k, v in model_inputs("qwen3", batch=2, seq=7).items()}
+
+
+def _logits(model, inputs):
+    with torch.no_grad():
+        out = model(**inputs).logits
+    torch.cuda.synchronize()
+    return out
+
+
+def rel(got, ref):
+    got, ref = got.float(), ref.float()
+    return ((got - ref).norm() / ref.norm()).item()
+
+
+@pytest.fixture(scope="module")
+def models(tiny_model, packed_dir):
+    bf16 = copy.deepcopy(tiny_model("qwen3")).to(DEV)
+    path = packed_dir("qwen3")
+    loaded = glyd.from_pretrained(path, device_map="cuda")
+    loaded_exact = glyd.from_pretrained(path, device_map="cuda", exact=True)
+    yield bf16, loaded, loaded_exact, path
+    del bf16, loaded, loaded_exact
+    torch.cuda.empty_cache()
+
+
+def test_loaded_linears_are_packed_and_prepared(models):
+    _, loaded, _, _ = models
+    lins = [m for _, m in iter_packed_modules(loaded) if isinstance(m, GlydLinear)]
+    assert len(lins) == 2 * 7
+    for m in lins:
+        h = m.packed_weight
+        assert h.device.type == "cuda"
+        assert isinstance(h.__dict__.get("_glyd_handle"), int)
+        st = h.__dict__.get("_glyd_state")  # built at load (attach hook -> prepare), before any capture
+        assert st is not None and st.key == h._planes_key()
+
+
+def test_exact_logits_equal_bf16(models):
+    bf16, _, loaded_exact, _ = models
+    x = _inputs()
+    want = _logits(bf16, x)
+    got = _logits(loaded_exact, x)
+    assert torch.equal(got, want), f"exact=True differs from bf16: rel {rel(got, want):.3g}"
+    # just in time: no decoded weight stays cached on the GPU
+    for _, m in iter_packed_modules(loaded_exact):
+        assert m.packed_weight._decoded is None
+
+
+def test_default_logits_close_to_bf16(models):
+    bf16, loaded, _, _ = models
+    x = _inputs()
+    want = _logits(bf16, x)
+    got = _logits(loaded, x)
+    assert torch.isfinite(got).all()
+    assert rel(got, want) < LOGITS_REL
+    assert torch.equal(_logits(loaded, x), got)  # deterministic
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_checkpoint_equals_packed_in_memory(models, tiny_model, exact):
+    _, loaded, loaded_exact, _ = models
+    mem = gpu_experts.pack_module(copy.deepcopy(tiny_model("qwen3")).to(DEV), exact=exact)
+    x = _inputs()
+    a = _logits(loaded_exact if exact else loaded, x)
+    b = _logits(mem, x)
+    assert torch.equal(a, b), f"checkpoint vs packed in memory (exact={exact}): rel {rel(a, b):.3g}"
+
+
+def test_linear_module_fused_and_exact():
+    torch.manual_seed(0)
+    for n, k, rows in [(96, 64, 1), (1000, 1040, 7), (4096, 4096, 64), (777, 528, 300)]:
+        parent = nn.Sequential(nn.Linear(k, n, bias=True)).to(torch.bfloat16).to(DEV)
+        with torch.no_grad():
+            parent[0].weight.normal_(0, 0.02)
+            parent[0].bias.normal_(0, 0.02)
+        ref = copy.deepcopy(parent[0])
+        gpu_experts.pack_module(parent)
+        lin = parent[0]
+        assert isinstance(lin, GlydLinear)
+        x = torch.randn(rows, k, device=DEV).to(torch.bfloat16)
+        with torch.no_grad():
+            want = ref(x)
+            lin.exact = True
+            assert torch.equal(lin(x), want)
+            lin.exact = False
+            got = lin(x)
+            ref32 = x.float() @ ref.weight.float().t() + ref.bias.float()
+            err = (got.float() - ref32).abs()
+            assert (err <= 2.0 ** -7 * (ref32.abs() + ref32.pow(2).mean().sqrt())).all(), f"{n}x{k} rows {rows}"
+            x3 = x.view(1, rows, k)
+            assert torch.equal(lin(x3), got.view(1, rows, n))  # batch dims kept, same bits
+
+
+def test_compile_linear_fullgraph():
+    parent = nn.Sequential(nn.Linear(256, 512)).to(torch.bfloat16).to(DEV)
+    ref = copy.deepcopy(parent[0])
+    gpu_experts.pack_module(parent)
+    x = torch.randn(4, 256, device=DEV).to(torch.bfloat16)
+    with torch.no_grad():
+        eager = parent(x)
+        ex = torch._dynamo.explain(parent)(x)
+        assert ex.graph_break_count == 0, ex.break_reasons
+        assert "glyd.linear" in ex.graphs[0].code
+        got = torch.compile(parent, backend="aot_eager", fullgraph=True)(x)
+    assert torch.equal(got, eager)
+    assert rel(got, ref(x)) < 2.0 ** -7
+
+
+def test_compile_model(models):
+    _, loaded, _, _ = models
+    x = _inputs()
+    eager = _logits(loaded, x)
+    torch._dynamo.reset()
+    compiled = torch.compile(loaded, backend="aot_eager", fullgraph=False)
+    got = _logits(compiled, x)
+    assert torch.isfinite(got).all() and rel(got, eager) < 2.0 ** -7
+    with torch.no_grad():
+        ex = torch._dynamo.explain(loaded)(**x)
+    code = "\n".join(g.code for g in ex.graphs)
+    assert code.count("glyd.linear") == 2 * 7, ex.break_reasons
+
+
+def test_compile_inductor_linear():
+    pytest.importorskip("triton")
+    parent = nn.Sequential(nn.Linear(128, 256), nn.GELU()).to(torch.bfloat16).to(DEV)
+    gpu_experts.pack_module(parent)
+    x = torch.randn(8, 128, device=DEV).to(torch.bfloat16)
+    with torch.no_grad():
+        eager = parent(x)
+        got = torch.compile(parent, fullgraph=True)(x)
+    assert rel(got, eager) < 2.0 ** -6
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_graph_captured_decode_step(models, exact):
+    bf16, loaded, loaded_exact, _ = models
+    model = loaded_exact if exact else loaded
+    sg = StepRunner(model, 3, 5, 16, seed=11)
+    sb = StepRunner(bf16, 3, 5, 16, seed=11)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        sg.step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        sg.step()
+    for seed in (1, 2):
+        new = torch.randint(0, model.config.vocab_size, sg.ids.shape, device=DEV,
+                            generator=torch.Generator(device=DEV).manual_seed(seed))
+        sg.ids.copy_(new)
+        sb.ids.copy_(new)
+        sg.logits.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        replayed = sg.logits.clone()
+        sg.step()  # eager, same inputs, same cache slot
+        torch.cuda.synchronize()
+        assert torch.equal(replayed, sg.logits), "graph replay differs from the eager step"
+        sb.step()
+        if exact:
+            assert torch.equal(replayed, sb.logits), f"exact step differs from bf16: rel {rel(replayed, sb.logits):.3g}"
+        else:
+            assert rel(replayed, sb.logits) < LOGITS_REL
+    del g
+
+
+def test_graph_captured_linears(models):
+    _, loaded, _, _ = models
+    fn, n = linears_fn(loaded, 5)
+    fn()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    torch.cuda.synchronize()
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lin():
+    parent = nn.Sequential(nn.Linear(64, 48)).to(torch.bfloat16).to(DEV)
+    gpu_experts.pack_module(parent)
+    return parent[0]
+
+
+def test_bad_input_dtype(lin):
+    with pytest.raises(InvalidArgumentError, match="input is torch.float32"):
+        lin(torch.randn(2, 64, device=DEV))
+
+
+def test_bad_input_device(lin):
+    with pytest.raises(InvalidArgumentError, match="input is on cpu"):
+        gpu_linear.linear_forward(lin, torch.randn(2, 64).to(torch.bfloat16))
+
+
+def test_bad_input_shape(lin):
+    with pytest.raises(InvalidArgumentError, match="last dimension must be 64"):
+        lin(torch.randn(2, 65, device=DEV).to(torch.bfloat16))
+
+
+def test_bad_bias(lin):
+    old = lin.bias
+    try:
+        lin.bias = nn.Parameter(torch.zeros(48, device="cpu", dtype=torch.bfloat16), requires_grad=False)
+        with pytest.raises(InvalidArgumentError, match="bias"):
+            lin(torch.randn(2, 64, device=DEV).to(torch.bfloat16))
+    finally:
+        lin.bias = old
+
+
+def test_misaligned_and_strided_inputs_work(lin):
+    buf = torch.randn(2 * 64 + 1, device=DEV).to(torch.bfloat16)
+    x = buf[1:].view(2, 64)  # 2 bytes past an aligned address
+    assert x.data_ptr() % 16 != 0
+    xt = torch.randn(64, 2, device=DEV).to(torch.bfloat16).t()
+    with torch.no_grad():
+        assert torch.equal(lin(x), lin(x.clone()))
+        assert torch.equal(lin(xt), lin(xt.contiguous()))
+
+
+def test_device_tensor_bad_arguments(lin):
+    dt = gpu_linear.device_tensor(lin.packed_weight)
+    x = torch.randn(3, 64, device=DEV).to(torch.bfloat16)
+    with pytest.raises(InvalidArgumentError, match="out"):
+        dt.linear(x, out=torch.empty(3, 48, device=DEV))  # float32
+    with pytest.raises(InvalidArgumentError, match="out"):
+        dt.linear(x, out=torch.empty(48, 3, device=DEV, dtype=torch.bfloat16).t())  # not contiguous
+    with pytest.raises(InvalidArgumentError, match="out"):
+        dt.linear(x, out=torch.empty(3, 47, device=DEV, dtype=torch.bfloat16))
+    with pytest.raises(InvalidArgumentError, match="bias"):
+        dt.linear(x, bias=torch.zeros(48, dtype=torch.bfloat16))  # on the CPU
+    with pytest.raises(InvalidArgumentError, match="workspace"):
+        ws = torch.empty(1 << 20 + 1, dtype=torch.uint8, device=DEV)[1:]
+        dt.linear(x, workspace=ws)
+    with pytest.raises(InvalidArgumentError, match="x must be"):
+        dt.linear(x.float())
+    with pytest.raises(InvalidArgumentError, match="out"):
+        dt.decode(out=torch.empty(48, 63, device=DEV, dtype=torch.bfloat16))
+    with pytest.raises(InvalidArgumentError, match="out"):
+        dt.decode(out=torch.empty(48, 64, device=DEV))
+    # the process and the CUDA context are alive
+    torch.cuda.synchronize()
+    assert torch.isfinite(lin(x)).all()
