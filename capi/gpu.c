@@ -32,3 +32,22 @@ int glyd_gpu_linear_kernel(const glyd_gpu_tensor *w, int64_t rows, const char **
     return glydgo_gpu_linear_kernel((glyd_gpu_tensor *)w, rows, (char **)name);
 }
 int glyd_gpu_force_kernel(const char *name) { return glydgo_gpu_force_kernel((char *)name); }
+int glyd_gpu_pack_workspace_bytes(int dtype, int layout, const int64_t *shape, size_t ndim,
+                                  int64_t groups, size_t *bytes) {
+    return glydgo_gpu_pack_workspace_bytes(dtype, layout, (int64_t *)shape, ndim, groups, bytes);
+}
+int glyd_gpu_pack_bound(int device, void *stream, const void *src, int dtype, int layout,
+                        const int64_t *shape, size_t ndim, int64_t groups, void *workspace,
+                        size_t workspace_bytes, uint64_t plane_bytes[GLYD_NUM_PLANES]) {
+    return glydgo_gpu_pack_bound(device, stream, (void *)src, dtype, layout, (int64_t *)shape, ndim,
+                                 groups, workspace, workspace_bytes, plane_bytes);
+}
+int glyd_gpu_pack(int device, void *stream, const void *src, int dtype, int layout,
+                  const int64_t *shape, size_t ndim, int64_t groups, void *workspace,
+                  size_t workspace_bytes, void *const planes[GLYD_NUM_PLANES],
+                  const uint64_t plane_bytes[GLYD_NUM_PLANES], glyd_group *groups_out,
+                  uint32_t *checksum) {
+    return glydgo_gpu_pack(device, stream, (void *)src, dtype, layout, (int64_t *)shape, ndim, groups,
+                           workspace, workspace_bytes, (void **)planes, (uint64_t *)plane_bytes,
+                           groups_out, checksum);
+}

@@ -236,3 +236,85 @@ func glydgo_gpu_force_kernel(name *C.char) (rc C.int) {
 	}
 	return result(gpu.ForceConfig(s))
 }
+
+// packArgs converts the arguments common to the glyd_gpu_pack* calls.
+func packArgs(dtype, layout C.int, shape *C.int64_t, ndim C.size_t, groups C.int64_t) ([]int64, int, error) {
+	sh, err := goShape(shape, ndim)
+	if err != nil {
+		return nil, 0, err
+	}
+	if groups < 0 || groups > 1<<24 {
+		return nil, 0, errArg("groups %d out of range", groups)
+	}
+	if dtype < 0 || dtype > 255 || layout < 0 || layout > 255 {
+		return nil, 0, errArg("layout %d / dtype %d out of range", layout, dtype)
+	}
+	return sh, max(int(groups), 1), nil
+}
+
+//export glydgo_gpu_pack_workspace_bytes
+func glydgo_gpu_pack_workspace_bytes(dtype, layout C.int, shape *C.int64_t, ndim C.size_t, groups C.int64_t, bytes *C.size_t) (rc C.int) {
+	defer guard(&rc)
+	if bytes == nil {
+		return fail(errArg("bytes is NULL"))
+	}
+	sh, g, err := packArgs(dtype, layout, shape, ndim, groups)
+	if err != nil {
+		return fail(err)
+	}
+	n, err := gpu.PackWorkspaceBytes(codec.DType(dtype), codec.Layout(layout), sh, g)
+	if err != nil {
+		return fail(err)
+	}
+	*bytes = C.size_t(n)
+	return C.int(status.OK)
+}
+
+//export glydgo_gpu_pack_bound
+func glydgo_gpu_pack_bound(device C.int, stream unsafe.Pointer, src unsafe.Pointer, dtype, layout C.int, shape *C.int64_t, ndim C.size_t, groups C.int64_t, ws unsafe.Pointer, wsBytes C.size_t, planeBytes *C.uint64_t) (rc C.int) {
+	defer guard(&rc)
+	if planeBytes == nil {
+		return fail(errArg("plane_bytes is NULL"))
+	}
+	sh, g, err := packArgs(dtype, layout, shape, ndim, groups)
+	if err != nil {
+		return fail(err)
+	}
+	res, err := gpu.PackBound(int(device), uintptr(stream), uintptr(src), codec.DType(dtype), codec.Layout(layout), sh, g, uintptr(ws), uint64(wsBytes))
+	if err != nil {
+		return fail(err)
+	}
+	out := unsafe.Slice(planeBytes, codec.NumPlanes)
+	for p := range out {
+		out[p] = C.uint64_t(res.PlaneBytes[p])
+	}
+	return C.int(status.OK)
+}
+
+//export glydgo_gpu_pack
+func glydgo_gpu_pack(device C.int, stream unsafe.Pointer, src unsafe.Pointer, dtype, layout C.int, shape *C.int64_t, ndim C.size_t, groups C.int64_t, ws unsafe.Pointer, wsBytes C.size_t, planes *unsafe.Pointer, planeBytes *C.uint64_t, groupsOut *C.glyd_group, checksum *C.uint32_t) (rc C.int) {
+	defer guard(&rc)
+	if planes == nil || planeBytes == nil || groupsOut == nil || checksum == nil {
+		return fail(errArg("planes, plane_bytes, groups_out and checksum must not be NULL"))
+	}
+	sh, g, err := packArgs(dtype, layout, shape, ndim, groups)
+	if err != nil {
+		return fail(err)
+	}
+	var pl [codec.NumPlanes]uintptr
+	var caps [codec.NumPlanes]uint64
+	ps, cs := unsafe.Slice(planes, codec.NumPlanes), unsafe.Slice(planeBytes, codec.NumPlanes)
+	for p := 0; p < codec.NumPlanes; p++ {
+		pl[p], caps[p] = uintptr(ps[p]), uint64(cs[p])
+	}
+	res, err := gpu.Pack(int(device), uintptr(stream), uintptr(src), codec.DType(dtype), codec.Layout(layout), sh, g, uintptr(ws), uint64(wsBytes), pl, caps)
+	if err != nil {
+		return fail(err)
+	}
+	out := unsafe.Slice(groupsOut, len(res.Groups))
+	for i := range res.Groups {
+		cGroup(res.Groups[i], &out[i])
+	}
+	*checksum = C.uint32_t(res.Checksum)
+	return C.int(status.OK)
+}

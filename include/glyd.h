@@ -370,6 +370,38 @@ int glyd_gpu_linear_kernel(const glyd_gpu_tensor *w, int64_t rows, const char **
  * process; NULL or "" restores the automatic choice. NOT_FOUND if unknown. */
 int glyd_gpu_force_kernel(const char *name);
 
+/* Packing on the GPU. The planes, groups and checksum are exactly those
+ * glyd_pack writes for the same elements, layout and groups (kernels/pack.cu;
+ * fixed12 and bf16 only: other layouts and dtypes give UNSUPPORTED, pack them
+ * with glyd_pack). Three calls:
+ *   1. glyd_gpu_pack_workspace_bytes: device scratch the next two need
+ *      (depends on the shape and groups only).
+ *   2. glyd_gpu_pack_bound: runs the counting passes on the GPU (histograms,
+ *      CRC-32C, escape counts; synchronizes `stream`) and writes the exact
+ *      byte size of every plane to plane_bytes.
+ *   3. glyd_gpu_pack: runs the counting passes again, then the encoder, into
+ *      the caller's device buffers planes[p] of plane_bytes[p] bytes (at
+ *      least the sizes from step 2; NULL where the size is 0; the escidx plane
+ *      4-byte aligned), and fills groups_out (`groups` entries, host memory)
+ *      and *checksum. The encoder is still queued on `stream` when it returns.
+ *      groups_out holds max(groups, 1) entries.
+ * With the planes copied to the host, glyd_packed_import(layout, dtype, shape,
+ * ndim, groups_out, groups, planes, sizes, checksum) makes the packed tensor;
+ * left on the device, they form a glyd_gpu_tensor.
+ *   src: device, the tensor's bf16 elements, row-major, contiguous, 2-byte
+ *        aligned; groups: 0 or 1 for one group, else as glyd_pack (every group
+ *        < 2^32 elements). workspace: device, 8-byte aligned. */
+int glyd_gpu_pack_workspace_bytes(int dtype, int layout, const int64_t *shape, size_t ndim,
+                                  int64_t groups, size_t *bytes);
+int glyd_gpu_pack_bound(int device, void *stream, const void *src, int dtype, int layout,
+                        const int64_t *shape, size_t ndim, int64_t groups, void *workspace,
+                        size_t workspace_bytes, uint64_t plane_bytes[GLYD_NUM_PLANES]);
+int glyd_gpu_pack(int device, void *stream, const void *src, int dtype, int layout,
+                  const int64_t *shape, size_t ndim, int64_t groups, void *workspace,
+                  size_t workspace_bytes, void *const planes[GLYD_NUM_PLANES],
+                  const uint64_t plane_bytes[GLYD_NUM_PLANES], glyd_group *groups_out,
+                  uint32_t *checksum);
+
 /* ---- GPU: end ---- */
 
 #ifdef __cplusplus

@@ -5,3 +5,4 @@
  */
 #include "decode.cu"
 #include "linear.cu"
+#include "pack.cu"

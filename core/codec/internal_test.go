@@ -147,3 +147,32 @@ func TestParallelError(t *testing.T) {
 		}
 	}
 }
+
+func TestCRCCombineEqual(t *testing.T) {
+	x := make([]uint16, 70001)
+	s := uint32(7)
+	for i := range x {
+		s = s*1664525 + 1013904223
+		x[i] = uint16(s >> 16)
+	}
+	want := Checksum(x)
+	for _, seg := range []int{1, 2, 100, 4096, 70000, 70001} {
+		var crcs []uint32
+		last := 0
+		for lo := 0; lo < len(x); lo += seg {
+			hi := min(lo+seg, len(x))
+			crcs = append(crcs, Checksum(x[lo:hi]))
+			last = 2 * (hi - lo)
+		}
+		if got := CRCCombineEqual(crcs, 2*uint64(seg), uint64(last)); got != want {
+			t.Fatalf("segments of %d: %08x, want %08x", seg, got, want)
+		}
+	}
+	if CRCCombineEqual(nil, 8, 0) != 0 {
+		t.Fatal("no segments")
+	}
+	h := [256]uint64{127: 5, 126: 1}
+	if b := Fixed12Base(&h, BF16); b != 113 { // 113..127 covers both
+		t.Fatalf("Fixed12Base %d", b)
+	}
+}

@@ -52,6 +52,9 @@ static struct {
 	                              unsigned, glyd_CUstream, void **, void **);
 	glyd_CUresult (*GetErrorName)(glyd_CUresult, const char **);
 	glyd_CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, glyd_CUfunction, int, size_t);
+	glyd_CUresult (*MemcpyDtoHAsync)(void *, unsigned long long, size_t, glyd_CUstream);
+	glyd_CUresult (*MemcpyHtoDAsync)(unsigned long long, const void *, size_t, glyd_CUstream);
+	glyd_CUresult (*StreamSynchronize)(glyd_CUstream);
 } cu;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -129,6 +132,21 @@ static int do_init(void) {
 			return GLYD_DRV_NO_GPU;
 		}
 		*syms[i].slot = fp;
+	}
+	/* Optional (pack only): a lookup failure leaves the slot NULL and pack
+	 * reports it; everything else keeps working. */
+	struct {
+		const char *name;
+		void **slot;
+	} opt[] = {
+	    {"cuMemcpyDtoHAsync", (void **)&cu.MemcpyDtoHAsync},
+	    {"cuMemcpyHtoDAsync", (void **)&cu.MemcpyHtoDAsync},
+	    {"cuStreamSynchronize", (void **)&cu.StreamSynchronize},
+	};
+	for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
+		void *fp = NULL;
+		glyd_CUresult r = gp2 ? gp2(opt[i].name, &fp, 12000, 1, NULL) : gp1(opt[i].name, &fp, 12000, 1);
+		*opt[i].slot = r == 0 ? fp : NULL;
 	}
 	glyd_CUresult r = cu.Init(0);
 	if (r != 0) {
@@ -313,4 +331,37 @@ int glyd_drv_kernel_attrs(int dev, int k, int *regs, int *local_bytes, int *max_
 	if ((r = cu.FuncGetAttribute(local_bytes, F_LOCAL_SIZE, s->fn[k]))) return cuerr(err, "cuFuncGetAttribute", r);
 	if ((r = cu.FuncGetAttribute(max_threads, F_MAX_THREADS, s->fn[k]))) return cuerr(err, "cuFuncGetAttribute", r);
 	return GLYD_DRV_OK;
+}
+
+static int copy_sync(int dev, int to_host, void *host, uint64_t devptr, size_t bytes, uintptr_t stream, char *err) {
+	if (dev < 0 || dev >= GLYD_MAX_DEVICES || !devs[dev].loaded || devs[dev].rc) {
+		snprintf(err, GLYD_ERRLEN, "device %d not loaded", dev);
+		return GLYD_DRV_ARG;
+	}
+	if (bytes == 0) return GLYD_DRV_OK;
+	if (!cu.MemcpyDtoHAsync || !cu.MemcpyHtoDAsync || !cu.StreamSynchronize) {
+		snprintf(err, GLYD_ERRLEN, "the CUDA driver lacks cuMemcpyDtoHAsync/cuMemcpyHtoDAsync/cuStreamSynchronize");
+		return GLYD_DRV_UNSUPPORTED;
+	}
+	devstate *s = &devs[dev];
+	int rc = push(s, err);
+	if (rc) return rc;
+	glyd_CUresult r = to_host ? cu.MemcpyDtoHAsync(host, devptr, bytes, (glyd_CUstream)stream)
+	                          : cu.MemcpyHtoDAsync(devptr, host, bytes, (glyd_CUstream)stream);
+	if (r) {
+		pop();
+		return cuerr(err, to_host ? "cuMemcpyDtoHAsync" : "cuMemcpyHtoDAsync", r);
+	}
+	r = cu.StreamSynchronize((glyd_CUstream)stream);
+	pop();
+	if (r) return cuerr(err, "cuStreamSynchronize", r);
+	return GLYD_DRV_OK;
+}
+
+int glyd_drv_copy_dtoh(int dev, void *dst, uint64_t src, size_t bytes, uintptr_t stream, char *err) {
+	return copy_sync(dev, 1, dst, src, bytes, stream, err);
+}
+
+int glyd_drv_copy_htod(int dev, uint64_t dst, const void *src, size_t bytes, uintptr_t stream, char *err) {
+	return copy_sync(dev, 0, (void *)src, dst, bytes, stream, err);
 }

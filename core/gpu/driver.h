@@ -61,6 +61,13 @@ int glyd_drv_device_load(int dev, const void *image, const char *names, int nker
 int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
                     uintptr_t stream, const glyd_kparams *p, char *err);
 
+/* Copies bytes between host and device memory on stream and waits for the
+ * stream (cuMemcpy*Async + cuStreamSynchronize): everything queued on the
+ * stream before has run when they return. Used by pack only (it needs the
+ * histograms on the host). dev must be loaded. */
+int glyd_drv_copy_dtoh(int dev, void *dst, uint64_t src, size_t bytes, uintptr_t stream, char *err);
+int glyd_drv_copy_htod(int dev, uint64_t dst, const void *src, size_t bytes, uintptr_t stream, char *err);
+
 /* Blocks of kernel k that fit on one multiprocessor at once. */
 int glyd_drv_occupancy(int dev, int k, int block, int smem, int *blocks, char *err);
 

@@ -54,6 +54,13 @@ typedef struct glyd_kparams {
 	glyd_u32 pad;
 	glyd_u32 splits; /* linear: K is split over gridDim.z = splits blocks (1 = no split) */
 	glyd_u32 ebase;  /* linear: exponent the kernel gave escaped weights (base+15, or 0) */
+	/* Pack (kernels/pack.cu): x = the bf16 tensor, n = elements per group,
+	 * N = groups; sm/code/escidx/escexp = the output planes (whole planes). */
+	glyd_u64 total;    /* pack: elements of the whole tensor */
+	glyd_u64 pk_hist;  /* pack: uint32 [groups][256] exponent counts */
+	glyd_u64 pk_tiles; /* pack: uint32 per tile: CRC-32C (crc) or escape count (count) */
+	glyd_u64 pk_off;   /* pack: uint64 per tile: its first entry in the escape planes */
+	glyd_u64 pk_base;  /* pack: uint32 [groups]: Base of each group */
 } glyd_kparams;
 
 #endif

@@ -124,6 +124,11 @@ var kernelNames = []string{
 	"glyd_escape_records",
 	"glyd_lin_f12_generic",
 	"glyd_lin_reduce",
+	"glyd_pack_zero",
+	"glyd_pack_hist",
+	"glyd_pack_crc",
+	"glyd_pack_count",
+	"glyd_pack_f12",
 }
 
 const (
@@ -135,6 +140,11 @@ const (
 	kEscapeRecords
 	kLinGeneric
 	kLinReduce
+	kPackZero
+	kPackHist
+	kPackCRC
+	kPackCount
+	kPackF12
 	kLinFirst // the linear configurations of linear.go follow, each name then name_safe
 )
 

@@ -7,6 +7,7 @@ the current torch stream of the tensors' device and returns without
 synchronizing, so it can be captured in CUDA graphs.
 
     dw = DeviceTensor(glyd.pack(w_cpu))     # planes copied to the GPU once
+    p = pack(w_cuda)                         # packed on the GPU: == glyd.pack(w_cuda.cpu())
     w = dw.decode()                          # bf16, bit-identical to glyd.unpack
     y = dw.linear(x, bias)                   # y = x @ w.T + bias, w never materialized
 """
@@ -22,7 +23,8 @@ import torch
 from . import _lib
 from .errors import InvalidArgumentError
 
-__all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "force_kernel"]
+__all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "force_kernel", "pack",
+           "pack_planes"]
 
 LAYOUT_FIXED12 = 1
 LAYOUT_SMALLEST = 2
@@ -75,6 +77,12 @@ _SIGNATURES = {
     "glyd_gpu_linear": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_void_p, c_void_p, c_void_p, c_size_t]),
     "glyd_gpu_linear_kernel": (c_int, [_T, c_int64, POINTER(c_char_p)]),
     "glyd_gpu_force_kernel": (c_int, [c_char_p]),
+    "glyd_gpu_pack_workspace_bytes": (c_int, [c_int, c_int, POINTER(c_int64), c_size_t, c_int64, POINTER(c_size_t)]),
+    "glyd_gpu_pack_bound": (c_int, [c_int, c_void_p, c_void_p, c_int, c_int, POINTER(c_int64), c_size_t, c_int64,
+                                    c_void_p, c_size_t, POINTER(c_uint64)]),
+    "glyd_gpu_pack": (c_int, [c_int, c_void_p, c_void_p, c_int, c_int, POINTER(c_int64), c_size_t, c_int64,
+                              c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_uint64), POINTER(_lib.Group),
+                              POINTER(ctypes.c_uint32)]),
 }
 
 _lock = threading.Lock()
@@ -286,3 +294,52 @@ def linear_kernel(w: DeviceTensor, rows: int) -> str:
 def force_kernel(name: str | None) -> None:
     """Benchmarks only: run kernel configuration `name` for every linear (None: automatic)."""
     _lib.check(_gpu().glyd_gpu_force_kernel(name.encode() if name else None))
+
+
+def pack_planes(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):
+    """Packs a bfloat16 CUDA tensor on its GPU (kernels/pack.cu). Returns
+    (groups, planes, checksum): planes as uint8 CUDA tensors by plane name, the
+    bytes glyd.pack writes for the same tensor, layout and groups. Fixed12 only
+    (the smallest layout raises UnsupportedError: pack it with glyd.pack).
+    Synchronizes the current stream (the plane sizes come from the GPU)."""
+    from .tensor import PLANE_NAMES, Group, _shape_array, layout_code
+
+    if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cuda":
+        raise InvalidArgumentError(1, "pack needs a CUDA tensor")
+    if tensor.dtype != torch.bfloat16:
+        raise InvalidArgumentError(1, f"the GPU packs bfloat16 tensors, not {tensor.dtype}")
+    x = tensor.contiguous()
+    dev = torch.device("cuda", x.device.index if x.device.index is not None else torch.cuda.current_device())
+    lib = _gpu()
+    sarr, ndim = _shape_array(tuple(x.shape))
+    lc = layout_code(layout)
+    g = max(int(groups), 1)
+    ws_n = c_size_t()
+    _lib.check(lib.glyd_gpu_pack_workspace_bytes(DTYPE_BF16, lc, sarr, ndim, g, ctypes.byref(ws_n)))
+    ws = torch.empty(max(ws_n.value, 8), dtype=torch.uint8, device=dev)
+    src = x.data_ptr() if x.numel() else None
+    sizes = (c_uint64 * _lib.NUM_PLANES)()
+    with torch.cuda.device(dev):
+        stream = _stream(dev)
+        _lib.check(lib.glyd_gpu_pack_bound(dev.index, stream, src, DTYPE_BF16, lc, sarr, ndim, g,
+                                           ws.data_ptr(), ws_n.value, sizes))
+        planes = {name: torch.empty(int(sizes[i]), dtype=torch.uint8, device=dev) for i, name in enumerate(PLANE_NAMES)}
+        ptrs = (c_void_p * _lib.NUM_PLANES)(*[planes[n].data_ptr() if planes[n].numel() else None for n in PLANE_NAMES])
+        garr = (_lib.Group * g)()
+        crc = ctypes.c_uint32()
+        _lib.check(lib.glyd_gpu_pack(dev.index, stream, src, DTYPE_BF16, lc, sarr, ndim, g, ws.data_ptr(),
+                                     ws_n.value, ptrs, sizes, garr, ctypes.byref(crc)))
+    # ws and x must outlive the queued encoder: the caching allocator reuses
+    # them only for work queued later on this stream, which runs after it.
+    return [Group._from_c(garr[i]) for i in range(g)], planes, int(crc.value)
+
+
+def pack(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):
+    """glyd.pack on the GPU: packs a bfloat16 CUDA tensor with the GPU kernels and
+    returns a glyd.PackedTensor (planes copied to host memory) whose bytes equal
+    glyd.pack(tensor.cpu(), layout=layout, groups=groups). Fixed12 only."""
+    from .tensor import PackedTensor
+
+    grs, planes, crc = pack_planes(tensor, layout, groups)
+    host = {name: t.cpu() for name, t in planes.items()}
+    return PackedTensor.from_planes(layout, torch.bfloat16, tuple(tensor.shape), grs, host, crc)
