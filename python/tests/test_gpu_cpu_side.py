@@ -149,7 +149,7 @@ def test_bad_input_shape():
 
 def test_bad_input_device():
     lin, _ = packed_linear()
-    with pytest.raises(InvalidArgumentError, match="input is on meta"):
+    with torch.no_grad(), pytest.raises(InvalidArgumentError, match="input is on meta"):
         gpu_linear.linear_forward(lin, torch.empty(2, 64, dtype=torch.bfloat16, device="meta"))
 
 
@@ -254,3 +254,16 @@ def test_bench_step_runner_cpu():
     fn()
     assert n == 2 * 7 + 1
     assert bench.model_bytes(gm) < bench.model_bytes(model)
+
+
+def test_eager_backward_goes_through_the_op():
+    lin, ref = packed_linear(seed=5)
+    x = torch.randn(2, 64).to(torch.bfloat16).requires_grad_()
+    y = gpu_linear.linear_forward(lin, x)
+    assert y.grad_fn is not None
+    y.float().sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    ref(x2).float().sum().backward()
+    assert torch.allclose(x.grad.float(), x2.grad.float(), rtol=2e-2, atol=1e-2)
+    with torch.no_grad():
+        assert gpu_linear.linear_forward(lin, x).grad_fn is None

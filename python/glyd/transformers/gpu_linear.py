@@ -23,7 +23,11 @@ here with torch.library.custom_op and a fake implementation for shapes).
 Under torch.compile, :func:`linear_forward` emits that op, so dynamo traces a
 GlydLinear without a graph break; the op itself is opaque to the compiler
 (inductor does not fuse into it). In eager mode the same implementation is
-called directly, skipping the dispatcher (a few microseconds per layer).
+called directly, skipping the dispatcher (a few microseconds per layer),
+unless autograd needs the op's backward (grad enabled and the input or the
+bias requires grad: weights are frozen, grads flow to the input and bias).
+A GlydLinear that was never prepared (no handle yet) costs one graph break
+the first time it is traced.
 
 CUDA graphs: both paths are capturable. A call enqueues kernels on the current
 stream, allocates only its output (and, for split-K, a workspace; for exact,
@@ -35,8 +39,9 @@ capture that would have to build it raises instead (warm up first, as CUDA
 graph capture requires anyway).
 
 Bad input raises glyd.InvalidArgumentError naming the argument: ``input`` on
-another device than the weight or of another dtype than the weight's compute
-dtype, ``bias`` of the wrong dtype, device or size. A non-contiguous input is
+another device than the weight, of another dtype than the weight's compute
+dtype (outside autocast) or the wrong last dimension, ``bias`` of the wrong
+dtype, device or size. A non-contiguous input is
 copied (like nn.Linear, which accepts any strides); an input that is not
 16-byte aligned is copied too (the fused kernel's fast path needs 16 bytes).
 """
@@ -174,7 +179,7 @@ def _check(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
         raise InvalidArgumentError(1, f"input must be a torch.Tensor, not {type(x).__name__}")
     if x.device != holder.device:
         raise InvalidArgumentError(1, f"input is on {x.device}, the packed weight {holder.shape} on {holder.device}")
-    if x.dtype != dt:
+    if x.dtype != dt and not torch.is_autocast_enabled(x.device.type):  # autocast: F.linear casts
         raise InvalidArgumentError(1, f"input is {x.dtype}, the packed weight computes in {dt}")
     if x.dim() == 0 or x.shape[-1] != k:
         raise InvalidArgumentError(1, f"input has shape {tuple(x.shape)}, the last dimension must be {k}")
@@ -225,7 +230,7 @@ def _decoded(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Ten
 
 def _impl(holder, x: torch.Tensor, bias: Optional[torch.Tensor], exact: bool) -> torch.Tensor:
     _check(holder, x, bias)
-    if not exact and x.device.type == "cuda" and fused_supported(holder):
+    if not exact and x.device.type == "cuda" and fused_supported(holder) and x.dtype == torch.bfloat16:
         return _fused(holder, x, bias)
     return _decoded(holder, x, bias)
 
@@ -281,7 +286,9 @@ def linear_forward(module, x: torch.Tensor) -> torch.Tensor:
     holder = _weight_holder(module)
     bias = module.bias
     exact = bool(module.exact)
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
+            x.requires_grad or (bias is not None and bias.requires_grad))):
+        # the op: dynamo sees it (no graph break), autograd gets its backward (grad of x and bias)
         handle = holder.__dict__.get("_glyd_handle")
         if handle is None:  # not prepared: register outside the trace (one graph break, first trace only)
             handle = _handle_eager(holder)

@@ -74,18 +74,22 @@ def test_loaded_linears_are_packed_and_prepared(models):
     for m in lins:
         h = m.packed_weight
         assert h.device.type == "cuda"
-        assert isinstance(h.__dict__.get("_glyd_handle"), int)
-        st = h.__dict__.get("_glyd_state")  # built at load (attach hook -> prepare), before any capture
-        assert st is not None and st.key == h._planes_key()
+        assert isinstance(h.__dict__.get("_glyd_handle"), int)  # given at load (attach hook -> prepare)
+    assert gpu_linear.prepare(loaded) == len(lins)
+    for m in lins:
+        st = m.packed_weight.__dict__.get("_glyd_state")  # device state built outside any capture
+        assert st is not None and st.key == m.packed_weight._planes_key()
 
 
 def test_exact_logits_equal_bf16(models):
     bf16, _, loaded_exact, _ = models
+    for _, m in iter_packed_modules(loaded_exact):
+        m.packed_weight.drop_cache()
     x = _inputs()
     want = _logits(bf16, x)
     got = _logits(loaded_exact, x)
     assert torch.equal(got, want), f"exact=True differs from bf16: rel {rel(got, want):.3g}"
-    # just in time: no decoded weight stays cached on the GPU
+    # just in time: the forward leaves no decoded weight cached on the GPU
     for _, m in iter_packed_modules(loaded_exact):
         assert m.packed_weight._decoded is None
 
