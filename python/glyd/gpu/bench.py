@@ -422,8 +422,9 @@ def _dir_gb(path) -> float:
 
 class StepRunner:
     """One decode step of a causal LM with a static KV cache: `batch` sequences,
-    one new token each at position `ctx` (the cache holds random keys/values
-    for the `ctx` earlier positions; its length is `cache_len`)."""
+    one new token each at position `ctx`, written to slot `ctx` of the cache
+    and attending to slots 0..ctx (random keys/values; the cache has
+    `cache_len` slots). Every call is the same step (replays included)."""
 
     def __init__(self, model, batch, ctx, cache_len, seed=0):
         import torch
@@ -438,8 +439,14 @@ class StepRunner:
         self.pos = torch.full((batch, 1), ctx, dtype=torch.long, device=dev)
         self.cache_pos = torch.tensor([ctx], dtype=torch.long, device=dev)
         self.logits = torch.empty(batch, 1, cfg.vocab_size, dtype=torch.bfloat16, device=dev)
+        self.ctx, self.lens = ctx, []
         with torch.no_grad():
             self.step()  # lazy cache allocation happens here, before any capture
+        # transformers 5 StaticCache: each layer writes at its device counter `cumulative_length` and
+        # advances it; queries attend to slots <= layer 0's counter. Reset them to ctx at every step
+        # (two multi-tensor kernels, captured with the step) so that every step and replay is the same.
+        self.lens = [c for c in (getattr(layer, "cumulative_length", None) for layer in self.cache.layers)
+                     if torch.is_tensor(c) and c.device == dev]
         for i, layer in enumerate(self.cache.layers):  # random keys/values, the same for every model
             for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
                 if torch.is_tensor(t):
@@ -450,6 +457,9 @@ class StepRunner:
         import torch
 
         with torch.no_grad():
+            if self.lens:
+                torch._foreach_zero_(self.lens)
+                torch._foreach_add_(self.lens, self.ctx)
             out = self.model(input_ids=self.ids, position_ids=self.pos, cache_position=self.cache_pos,
                              past_key_values=self.cache, use_cache=True)
             self.logits.copy_(out.logits[:, -1:, :])
@@ -757,6 +767,8 @@ def parse_args(argv=None):
         ap.error("--reps must be >= 15 (BENCHMARKS.md: median of at least 15 replays)")
     if q and not a.layers:
         a.layers = 12
+    if not 0 <= a.step_ctx < a.step_cache:
+        ap.error("--step-ctx must be in [0, --step-cache)")
     for name in ("tokens", "per_shape", "step_batches", "moe_tokens"):
         try:
             _ints(getattr(a, name))
