@@ -788,11 +788,16 @@ def main(argv=None) -> int:
     from .. import _gpu
 
     if not torch.cuda.is_available() or not _gpu.available():
-        print("no GPU: " + _gpu.describe(), file=sys.stderr)
+        d = _gpu.describe()
+        print(d if d.startswith("no GPU") else "no GPU: torch sees no CUDA device; glyd: " + d, file=sys.stderr)
         return 2
-    import logging
+    try:  # the tables are the output: no progress bars or warnings from transformers
+        from transformers.utils import logging as tlog
 
-    logging.getLogger("transformers").setLevel(logging.ERROR)
+        tlog.set_verbosity_error()
+        tlog.disable_progress_bar()
+    except ImportError:
+        pass
     rep = Report(environment(argv), args.markdown)
     print("# " + header(rep.env), flush=True)
     sets = None
