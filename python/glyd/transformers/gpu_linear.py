@@ -68,10 +68,11 @@ _NEXT = [1]
 
 def _handle(holder) -> int:
     h = holder.__dict__.get("_glyd_handle")
-    if h is None:
+    ref = _HOLDERS.get(h) if h is not None else None
+    if ref is None or ref() is not holder:  # new, or copied from another holder (deepcopy)
         h = _NEXT[0]
         _NEXT[0] += 1
-        _HOLDERS[h] = weakref.ref(holder)
+        _HOLDERS[h] = weakref.ref(holder, lambda _r, h=h: _HOLDERS.pop(h, None))
         holder.__dict__["_glyd_handle"] = h
     return h
 

@@ -58,13 +58,37 @@ def rel(got, ref):
 
 @pytest.fixture(scope="module")
 def models(tiny_model, packed_dir):
+    # Loaded on the CPU then moved, like the bf16 reference: the rotary buffers are computed
+    # the same way (test_device_map_cuda loads both straight to the GPU instead).
     bf16 = copy.deepcopy(tiny_model("qwen3")).to(DEV)
     path = packed_dir("qwen3")
-    loaded = glyd.from_pretrained(path, device_map="cuda")
-    loaded_exact = glyd.from_pretrained(path, device_map="cuda", exact=True)
+    loaded = glyd.from_pretrained(path).to(DEV).eval()
+    loaded_exact = glyd.from_pretrained(path, exact=True).to(DEV).eval()
     yield bf16, loaded, loaded_exact, path
     del bf16, loaded, loaded_exact
     torch.cuda.empty_cache()
+
+
+def test_device_map_cuda(tiny_model, packed_dir, tmp_path):
+    """glyd.from_pretrained(device_map="cuda"): linears prepared at load; exact=True logits equal to
+    the bf16 checkpoint loaded by transformers the same way; default mode close."""
+    from transformers import AutoModelForCausalLM
+
+    tiny_model("qwen3").save_pretrained(tmp_path / "bf16")
+    ref = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16", dtype=torch.bfloat16, device_map="cuda").eval()
+    path = packed_dir("qwen3")
+    exact = glyd.from_pretrained(path, device_map="cuda", exact=True)
+    fused = glyd.from_pretrained(path, device_map="cuda")
+    x = _inputs()
+    want = _logits(ref, x)
+    got = _logits(exact, x)
+    assert torch.equal(got, want), f"exact=True differs from bf16: rel {rel(got, want):.3g}"
+    assert rel(_logits(fused, x), want) < LOGITS_REL
+    lins = [m for _, m in iter_packed_modules(fused) if isinstance(m, GlydLinear)]
+    assert len(lins) == 2 * 7
+    for m in lins:
+        h = m.packed_weight
+        assert h.device.type == "cuda" and isinstance(h.__dict__.get("_glyd_handle"), int)
 
 
 def test_loaded_linears_are_packed_and_prepared(models):
