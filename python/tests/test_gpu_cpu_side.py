@@ -214,7 +214,7 @@ def test_bench_tables_format():
     assert "GPU" not in t.split("\n")[0] and "G (1 SMs" in t and "--quick" in t
     rows = bench._table5_rows(dict(layout="fixed12", bf16_gb=16, glyd_gb=12, bf16_save_s=1, glyd_save_s=1,
                                    bf16_load_s=6, glyd_load_s=1, pack_s=2))
-    assert rows[1][-1] == "8.0x"
+    assert rows[0][-1] == "8.0x" and rows[-1][0] == "Glyd fixed12" and len(rows) == 2
     assert rep.summary().count("## Table 2") == 1
 
 
@@ -294,6 +294,8 @@ def test_bench_tables_2_and_5_dry_run(monkeypatch, tmp_path):
         hidden_size=64, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, vocab_size=99, tie_word_embeddings=False))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    packed = []
+    monkeypatch.setattr(bench, "gpu_pack_fn", lambda: lambda w, layout: packed.append((tuple(w.shape), layout)))
     a = bench.parse_args(["--tables", "2,5", "--step-layers", "2", "--step-batches", "1,3", "--step-ctx", "5",
                           "--step-cache", "16", "--reps", "15", "--tmp", str(tmp_path)])
     env = dict(gpu="G", driver="d", cuda="c", torch="t", transformers="5", date="d", host="h", command="c")
@@ -304,8 +306,9 @@ def test_bench_tables_2_and_5_dry_run(monkeypatch, tmp_path):
     assert [r["batch"] for r in steps] == [1, 3] and all("error" not in r for r in steps)
     assert all(r["logits_rel_err"] == 0.0 for r in steps)  # CPU: Glyd is exact
     ck = rep.results["checkpoint"]
-    assert ck["glyd_gb"] < ck["bf16_gb"] and "glyd_load_verify_s" in ck and "pack_s" in ck
+    assert ck["glyd_gb"] < ck["bf16_gb"] and "glyd_load_verify_s" in ck and "pack_s" in ck and "gpu_pack_s" in ck
+    assert len(packed) == 2 * 7 and packed[0][1] == "fixed12"  # every linear but lm_head
     text = md.read_text()
-    assert "## Table 2." in text and "## Table 5." in text
+    assert "## Table 2." in text and "## Table 5." in text and "| bf16, + GPU pack |" in text
     json.dumps(rep.results, default=str)
     assert not any(p.name.startswith("glyd-bench-") for p in tmp_path.iterdir())  # checkpoints removed
