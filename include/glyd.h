@@ -372,8 +372,8 @@ int glyd_gpu_force_kernel(const char *name);
 
 /* Packing on the GPU. The planes, groups and checksum are exactly those
  * glyd_pack writes for the same elements, layout and groups (kernels/pack.cu;
- * fixed12 and bf16 only: other layouts and dtypes give UNSUPPORTED, pack them
- * with glyd_pack). Three calls:
+ * both layouts, bf16 only: fp16 gives UNSUPPORTED, pack it with glyd_pack).
+ * Three calls:
  *   1. glyd_gpu_pack_workspace_bytes: device scratch the next two need
  *      (depends on the shape and groups only).
  *   2. glyd_gpu_pack_bound: runs the counting passes on the GPU (histograms,

@@ -1,6 +1,6 @@
 /*
- * pack.cu — bf16 tensor in device memory -> fixed12 planes, byte for byte what
- * core/codec Pack writes (docs/LAYOUTS.md, version 1).
+ * pack.cu — bf16 tensor in device memory -> fixed12 or smallest planes, byte
+ * for byte what core/codec Pack writes (docs/LAYOUTS.md, version 1).
  *
  * Contract
  *   Input : p.x = the tensor's bf16 elements (row-major, contiguous, 2-byte
@@ -25,6 +25,15 @@
  *   element; a last odd high nibble is 0), p.escidx (uint32 index within the
  *   group), p.escexp (exponent byte); escape entries of group g follow those
  *   of group g-1.
+ *   Smallest: glyd_pack_small_count and glyd_pack_small replace the last two.
+ *     The host gives every group's exponent symbols (pk_sym: table slot 0..5,
+ *     6 = level 3 in the Base window, 7 = escape; codec.SmallestChoice). A tile
+ *     is one 4096-element chunk. Counts: pk_tiles[3*(g*T+t) + {0,1,2}] = level-2
+ *     codes, level-3 codes, escapes of the chunk; pk_off[3*(g*T+t) + {0,1,2}] =
+ *     absolute byte offset of its level-2 segment in PlaneCode2, of its level-3
+ *     segment in PlaneCode3, first escape entry. The chunk table plane is
+ *     written by the host. The segments are assembled in shared memory (block
+ *     exclusive scans give each thread its entries) and copied out.
  *   Every kernel is deterministic: the bytes do not depend on scheduling.
  */
 #include "common.cuh"
@@ -234,6 +243,141 @@ extern "C" __global__ void __launch_bounds__(PK_THREADS) glyd_pack_f12(const gly
 			if (i < s.cnt && f12_code(e, base) == 15u) {
 				escidx[k] = (uint32_t)(s.j0 + i);
 				escexp[k] = (uint8_t)e;
+				k++;
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// smallest
+
+// Symbol of each of the thread's elements (0 past cnt: level-1 code 0, the
+// zero padding).
+__device__ __forceinline__ void pk_syms(const uint8_t *sym, const uint16_t v[PK_PER_THREAD], int cnt,
+                                        uint32_t sy[PK_PER_THREAD]) {
+#pragma unroll
+	for (int i = 0; i < PK_PER_THREAD; i++) sy[i] = i < cnt ? (uint32_t)sym[(v[i] >> 7) & 0xffu] : 0u;
+}
+
+extern "C" __global__ void __launch_bounds__(PK_THREADS) glyd_pack_small_count(const glyd_kparams p) {
+	__shared__ uint8_t sym[256];
+	__shared__ uint32_t tot[3];
+	const uint64_t g = blockIdx.y;
+	sym[threadIdx.x] = ((const uint8_t *)p.pk_sym)[g * 256 + threadIdx.x];
+	if (threadIdx.x < 3) tot[threadIdx.x] = 0u;
+	__syncthreads();
+	const PkSpan s = pk_span(p);
+	uint16_t v[PK_PER_THREAD];
+	pk_load((const uint16_t *)p.x + g * p.n + s.j0, s, v);
+	uint32_t sy[PK_PER_THREAD];
+	pk_syms(sym, v, s.cnt, sy);
+	uint32_t n2 = 0, n3 = 0, ne = 0;
+#pragma unroll
+	for (int i = 0; i < PK_PER_THREAD; i++) {
+		n2 += sy[i] >= 3u;
+		n3 += sy[i] >= 6u;
+		ne += sy[i] == 7u;
+	}
+	if (n2) atomicAdd(&tot[0], n2);
+	if (n3) atomicAdd(&tot[1], n3);
+	if (ne) atomicAdd(&tot[2], ne);
+	__syncthreads();
+	if (threadIdx.x < 3) ((uint32_t *)p.pk_tiles)[3 * (g * gridDim.x + blockIdx.x) + threadIdx.x] = tot[threadIdx.x];
+}
+
+extern "C" __global__ void __launch_bounds__(PK_THREADS) glyd_pack_small(const glyd_kparams p) {
+	__shared__ uint32_t warp_tot[8];
+	__shared__ uint8_t sym[256];
+	__shared__ uint32_t seg2[PK_TILE / 16]; // 2-bit level-2 codes of the chunk
+	__shared__ uint32_t seg3[PK_TILE / 8];  // 4-bit level-3 codes of the chunk
+	__shared__ uint32_t tot[2];
+	const uint64_t g = blockIdx.y;
+	const uint32_t base = ((const uint32_t *)p.pk_base)[g];
+	sym[threadIdx.x] = ((const uint8_t *)p.pk_sym)[g * 256 + threadIdx.x];
+	seg2[threadIdx.x] = 0u;
+	seg3[threadIdx.x] = 0u;
+	seg3[threadIdx.x + PK_THREADS] = 0u;
+	__syncthreads();
+	const PkSpan s = pk_span(p);
+	uint16_t v[PK_PER_THREAD];
+	pk_load((const uint16_t *)p.x + g * p.n + s.j0, s, v);
+	uint32_t sy[PK_PER_THREAD];
+	pk_syms(sym, v, s.cnt, sy);
+	uint32_t n2 = 0, n3 = 0, ne = 0, c1w = 0;
+#pragma unroll
+	for (int i = 0; i < PK_PER_THREAD; i++) {
+		c1w |= (sy[i] < 3u ? sy[i] : 3u) << (2 * i);
+		n2 += sy[i] >= 3u;
+		n3 += sy[i] >= 6u;
+		ne += sy[i] == 7u;
+	}
+	const uint32_t r2 = block_exclusive_sum(n2, warp_tot);
+	const uint32_t r3 = block_exclusive_sum(n3, warp_tot);
+	const uint32_t re = block_exclusive_sum(ne, warp_tot);
+	{
+		uint32_t k2 = r2, k3 = r3;
+#pragma unroll
+		for (int i = 0; i < PK_PER_THREAD; i++) {
+			if (sy[i] >= 3u) {
+				const uint32_t c2 = sy[i] < 6u ? sy[i] - 3u : 3u;
+				if (c2) atomicOr(&seg2[k2 >> 4], c2 << (2 * (k2 & 15u)));
+				k2++;
+				if (sy[i] >= 6u) {
+					const uint32_t c3 = sy[i] == 7u ? 15u : ((v[i] >> 7) & 0xffu) - base;
+					if (c3) atomicOr(&seg3[k3 >> 3], c3 << (4 * (k3 & 7u)));
+					k3++;
+				}
+			}
+		}
+	}
+	if (threadIdx.x == PK_THREADS - 1) {
+		tot[0] = r2 + n2;
+		tot[1] = r3 + n3;
+	}
+	__syncthreads();
+	const uint64_t *off = (const uint64_t *)p.pk_off + 3 * (g * gridDim.x + blockIdx.x);
+	{
+		const uint32_t nb2 = (tot[0] + 3) / 4, nb3 = (tot[1] + 1) / 2;
+		uint8_t *o2 = (uint8_t *)p.code2 + off[0];
+		uint8_t *o3 = (uint8_t *)p.code3 + off[1];
+		const uint8_t *b2 = (const uint8_t *)seg2, *b3 = (const uint8_t *)seg3;
+		for (uint32_t b = threadIdx.x; b < nb2; b += PK_THREADS) o2[b] = b2[b];
+		for (uint32_t b = threadIdx.x; b < nb3; b += PK_THREADS) o3[b] = b3[b];
+	}
+	if (s.cnt == 0) return;
+	uint8_t *smo = (uint8_t *)p.sm + g * p.n + s.j0;
+	uint8_t *codeo = (uint8_t *)p.code + g * ((p.n + 3) / 4) + s.j0 / 4;
+	uint32_t w[4];
+#pragma unroll
+	for (int q = 0; q < 4; q++) {
+		w[q] = 0;
+#pragma unroll
+		for (int b = 0; b < 4; b++) {
+			const uint16_t x = v[4 * q + b];
+			w[q] |= (((uint32_t)(x >> 8) & 0x80u) | (x & 0x7fu)) << (8 * b);
+		}
+	}
+	if (s.cnt == PK_PER_THREAD && ((uintptr_t)smo & 15) == 0 && ((uintptr_t)codeo & 3) == 0) {
+		*(uint4 *)smo = make_uint4(w[0], w[1], w[2], w[3]);
+		*(uint32_t *)codeo = c1w;
+	} else {
+#pragma unroll
+		for (int i = 0; i < PK_PER_THREAD; i++)
+			if (i < s.cnt) smo[i] = (uint8_t)(w[i / 4] >> (8 * (i % 4)));
+#pragma unroll
+		for (int i = 0; i < PK_PER_THREAD / 4; i++)
+			if (4 * i < s.cnt) codeo[i] = (uint8_t)(c1w >> (8 * i));
+	}
+	if (ne) {
+		uint64_t k = off[2] + re;
+		uint32_t *escidx = (uint32_t *)p.escidx;
+		uint8_t *escexp = (uint8_t *)p.escexp;
+#pragma unroll
+		for (int i = 0; i < PK_PER_THREAD; i++) {
+			if (sy[i] == 7u) {
+				escidx[k] = (uint32_t)(s.j0 + i);
+				escexp[k] = (uint8_t)((v[i] >> 7) & 0xffu);
 				k++;
 			}
 		}

@@ -30,3 +30,22 @@ func CRCCombineEqual(crcs []uint32, segLen, lastLen uint64) uint32 {
 	}
 	return crcCombine(crc, crcs[len(crcs)-1], lastLen)
 }
+
+// Smallest symbols returned by SmallestChoice: 0..5 = table slot, then
+// SymLevel3 (coded by a level-3 code in the Base window) and SymEscape.
+const (
+	SymLevel3 = symL3
+	SymEscape = symEsc
+)
+
+// SmallestChoice returns the Table and Base Pack chooses for a Smallest
+// group whose exponent histogram is h, and the symbol Pack codes each
+// exponent field with (sym[e]: table slot 0..5, SymLevel3 or SymEscape).
+func SmallestChoice(h *[256]uint64, dt DType) (table [6]uint8, base uint8, sym [256]uint8) {
+	d, ok := dt.info()
+	if !ok {
+		return
+	}
+	table, used, base := chooseSmallest(h, d.maxExp)
+	return table, base, smallestSyms(table, used, base)
+}

@@ -61,6 +61,7 @@ typedef struct glyd_kparams {
 	glyd_u64 pk_tiles; /* pack: uint32 per tile: CRC-32C (crc) or escape count (count) */
 	glyd_u64 pk_off;   /* pack: uint64 per tile: its first entry in the escape planes */
 	glyd_u64 pk_base;  /* pack: uint32 [groups]: Base of each group */
+	glyd_u64 pk_sym;   /* pack (smallest): uint8 [groups][256]: symbol of each exponent */
 } glyd_kparams;
 
 #endif

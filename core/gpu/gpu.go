@@ -129,6 +129,8 @@ var kernelNames = []string{
 	"glyd_pack_crc",
 	"glyd_pack_count",
 	"glyd_pack_f12",
+	"glyd_pack_small_count",
+	"glyd_pack_small",
 }
 
 const (
@@ -145,6 +147,8 @@ const (
 	kPackCRC
 	kPackCount
 	kPackF12
+	kPackSmallCount
+	kPackSmall
 	kLinFirst // the linear configurations of linear.go follow, each name then name_safe
 )
 

@@ -30,7 +30,10 @@ type PackResult struct {
 
 // packGeom is the arithmetic of a pack: sizes, tile counts, workspace layout.
 type packGeom struct {
+	layout           codec.Layout
 	total, per, G    uint64
+	stride           uint64 // counts and offsets per tile: 1 (fixed12) or 3 (smallest)
+	sym              uint64 // workspace offset of the symbol tables (smallest)
 	T, tcrc          uint64 // encode tiles per group, CRC tiles of the tensor
 	hist, base, tile uint64 // workspace offsets
 	off, wsBytes     uint64
@@ -43,10 +46,7 @@ func packGeometry(dt codec.DType, layout codec.Layout, shape []int64, groups int
 	if dt != codec.BF16 {
 		return g, status.Errorf(status.Unsupported, "gpu pack: dtype %d: the GPU packs bf16 tensors only", dt)
 	}
-	if layout == codec.Smallest {
-		return g, status.Errorf(status.Unsupported, "gpu pack: the smallest layout is packed on the CPU only (glyd.pack)")
-	}
-	if layout != codec.Fixed12 {
+	if layout != codec.Fixed12 && layout != codec.Smallest {
 		return g, status.Errorf(status.InvalidArgument, "gpu pack: layout %d cannot be packed", layout)
 	}
 	if groups < 1 || groups > packMaxG {
@@ -78,14 +78,19 @@ func packGeometry(dt codec.DType, layout codec.Layout, shape []int64, groups int
 	if per > codec.MaxGroupElements {
 		return g, status.Errorf(status.InvalidArgument, "group of %d elements exceeds 2^32-1; pack with groups=%d or more", per, (total+codec.MaxGroupElements-1)/codec.MaxGroupElements)
 	}
-	g.total, g.per, g.G = total, per, G
+	g.layout, g.total, g.per, g.G = layout, total, per, G
+	g.stride = 1
+	if layout == codec.Smallest {
+		g.stride = 3
+	}
 	g.T = (per + packTile - 1) / packTile
 	g.tcrc = (2*total + packCRCTile - 1) / packCRCTile
 	g.hist = 0
 	g.base = align8(4 * 256 * G)
-	g.tile = g.base + align8(4*G)
-	g.off = g.tile + align8(4*max(g.tcrc, G*g.T))
-	g.wsBytes = g.off + 8*G*g.T
+	g.sym = g.base + align8(4*G)
+	g.tile = g.sym + 256*G
+	g.off = g.tile + align8(4*max(g.tcrc, g.stride*G*g.T))
+	g.wsBytes = g.off + 8*g.stride*G*g.T
 	return g, nil
 }
 
@@ -160,28 +165,95 @@ func packPlan(dev int, stream uintptr, src uintptr, g packGeom, ws uintptr) (Pac
 	res.Checksum = codec.CRCCombineEqual(crcs, packCRCTile, 2*g.total-(g.tcrc-1)*packCRCTile)
 
 	bases := make([]uint32, g.G)
+	var syms []byte
+	if g.layout == codec.Smallest {
+		syms = make([]byte, 256*g.G)
+	}
 	for i := range bases {
 		var h [256]uint64
 		for e := 0; e < 256; e++ {
 			h[e] = uint64(hist[256*i+e])
 		}
-		b := codec.Fixed12Base(&h, codec.BF16)
-		bases[i] = uint32(b)
-		res.Groups[i].Base = b
+		if g.layout == codec.Smallest {
+			table, b, sym := codec.SmallestChoice(&h, codec.BF16)
+			res.Groups[i].Table, res.Groups[i].Base = table, b
+			bases[i] = uint32(b)
+			copy(syms[256*i:], sym[:])
+		} else {
+			b := codec.Fixed12Base(&h, codec.BF16)
+			bases[i] = uint32(b)
+			res.Groups[i].Base = b
+		}
 	}
 	if err := copyHtoD(dev, stream, w+g.base, unsafe.Pointer(&bases[0]), 4*uint64(len(bases))); err != nil {
 		return res, nil, err
 	}
-	if err := launch(dev, kPackCount, uint32(g.T), uint32(g.G), 1, 256, 0, stream, &p); err != nil {
+	kCount := kPackCount
+	if g.layout == codec.Smallest {
+		if err := copyHtoD(dev, stream, w+g.sym, unsafe.Pointer(&syms[0]), uint64(len(syms))); err != nil {
+			return res, nil, err
+		}
+		p.pk_sym = C.glyd_u64(w + g.sym)
+		kCount = kPackSmallCount
+	}
+	if err := launch(dev, kCount, uint32(g.T), uint32(g.G), 1, 256, 0, stream, &p); err != nil {
 		return res, nil, err
 	}
-	cnt := make([]uint32, g.G*g.T)
+	cnt := make([]uint32, g.stride*g.G*g.T)
 	if err := copyDtoH(dev, stream, unsafe.Pointer(&cnt[0]), w+g.tile, 4*uint64(len(cnt))); err != nil {
 		return res, nil, err
 	}
 	off := make([]uint64, len(cnt))
-	res.PlaneBytes, _ = packOffsets(res.Groups, g, cnt, off)
+	if g.layout == codec.Smallest {
+		res.PlaneBytes, _ = packOffsetsSmall(res.Groups, g, cnt, off)
+	} else {
+		res.PlaneBytes, _ = packOffsets(res.Groups, g, cnt, off)
+	}
 	return res, off, nil
+}
+
+// packOffsetsSmall is packOffsets for the smallest layout: cnt and off hold
+// three entries per tile (level-2 codes, level-3 codes, escapes; off: the
+// absolute byte offsets of the tile's level-2 and level-3 segments and its
+// first escape entry).
+func packOffsetsSmall(groups []codec.Group, g packGeom, cnt []uint32, off []uint64) ([codec.NumPlanes]uint64, uint64) {
+	var sizes [codec.NumPlanes]uint64
+	codeBytes := (g.per + 3) / 4
+	var tot2, tot3, esc uint64
+	for i := range groups {
+		gr := &groups[i]
+		gr.Offsets = [codec.NumPlanes]uint64{}
+		gr.Offsets[codec.PlaneSM] = uint64(i) * g.per
+		gr.Offsets[codec.PlaneCode] = uint64(i) * codeBytes
+		gr.Offsets[codec.PlaneCode2] = tot2
+		gr.Offsets[codec.PlaneCode3] = tot3
+		gr.Offsets[codec.PlaneChunks] = uint64(i) * codec.ChunkEntryBytes * g.T
+		gr.Offsets[codec.PlaneEscIdx] = codec.EscIdxBytes * esc
+		gr.Offsets[codec.PlaneEscExp] = esc
+		first := esc
+		for t := uint64(0); t < g.T; t++ {
+			j := 3 * (uint64(i)*g.T + t)
+			off[j], off[j+1], off[j+2] = tot2, tot3, esc
+			tot2 += (uint64(cnt[j]) + 3) / 4
+			tot3 += (uint64(cnt[j+1]) + 1) / 2
+			esc += uint64(cnt[j+2])
+		}
+		gr.Escapes = esc - first
+	}
+	sizes[codec.PlaneSM] = g.G * g.per
+	sizes[codec.PlaneCode] = g.G * codeBytes
+	sizes[codec.PlaneCode2] = tot2
+	sizes[codec.PlaneCode3] = tot3
+	sizes[codec.PlaneChunks] = codec.ChunkEntryBytes * g.G * g.T
+	sizes[codec.PlaneEscIdx] = codec.EscIdxBytes * esc
+	sizes[codec.PlaneEscExp] = esc
+	return sizes, esc
+}
+
+func putU64(b []byte, v uint64) {
+	for i := 0; i < 8; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
 }
 
 // packOffsets fills the escape counts and plane offsets of the groups
@@ -251,7 +323,7 @@ func PackBound(dev int, stream uintptr, src uintptr, dt codec.DType, layout code
 // sizes; nil where the size is 0), exactly the bytes codec.Pack writes for
 // the same elements, layout and groups. It synchronizes stream during the
 // counting passes; the last kernel (the encoder) is queued on stream when it
-// returns. Fixed12 only (the smallest layout: status.Unsupported).
+// returns. bf16 only; fixed12 and smallest.
 func Pack(dev int, stream uintptr, src uintptr, dt codec.DType, layout codec.Layout, shape []int64, groups int, ws uintptr, wsBytes uint64, planes [codec.NumPlanes]uintptr, caps [codec.NumPlanes]uint64) (PackResult, error) {
 	g, err := packGeometry(dt, layout, shape, groups)
 	if err != nil {
@@ -283,6 +355,16 @@ func Pack(dev int, stream uintptr, src uintptr, dt codec.DType, layout codec.Lay
 	if err := copyHtoD(dev, stream, w+g.off, unsafe.Pointer(&off[0]), 8*uint64(len(off))); err != nil {
 		return res, err
 	}
+	k := kPackF12
+	if g.layout == codec.Smallest {
+		k = kPackSmall
+		// The chunk table comes from the host (the offsets are known here).
+		chunks := make([]byte, res.PlaneBytes[codec.PlaneChunks])
+		chunksFromOffsets(g, off, chunks)
+		if err := copyHtoD(dev, stream, uint64(planes[codec.PlaneChunks]), unsafe.Pointer(&chunks[0]), uint64(len(chunks))); err != nil {
+			return res, err
+		}
+	}
 	var p C.glyd_kparams
 	p.x = C.glyd_u64(src)
 	p.n = C.glyd_u64(g.per)
@@ -294,5 +376,23 @@ func Pack(dev int, stream uintptr, src uintptr, dt codec.DType, layout codec.Lay
 	p.code = C.glyd_u64(planes[codec.PlaneCode])
 	p.escidx = C.glyd_u64(planes[codec.PlaneEscIdx])
 	p.escexp = C.glyd_u64(planes[codec.PlaneEscExp])
-	return res, launch(dev, kPackF12, uint32(g.T), uint32(g.G), 1, 256, 0, stream, &p)
+	p.code2 = C.glyd_u64(planes[codec.PlaneCode2])
+	p.code3 = C.glyd_u64(planes[codec.PlaneCode3])
+	p.pk_sym = C.glyd_u64(w + g.sym)
+	return res, launch(dev, k, uint32(g.T), uint32(g.G), 1, 256, 0, stream, &p)
+}
+
+// chunksFromOffsets writes the PlaneChunks bytes of a smallest pack from the
+// absolute segment offsets of every tile (packOffsetsSmall): each chunk's
+// offsets relative to its group's first segment.
+func chunksFromOffsets(g packGeom, off []uint64, chunks []byte) {
+	for i := uint64(0); i < g.G; i++ {
+		j0 := 3 * i * g.T
+		for t := uint64(0); t < g.T; t++ {
+			j := j0 + 3*t
+			c := codec.ChunkEntryBytes * (i*g.T + t)
+			putU64(chunks[c:], off[j]-off[j0])
+			putU64(chunks[c+8:], off[j+1]-off[j0+1])
+		}
+	}
 }

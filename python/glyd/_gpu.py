@@ -299,8 +299,8 @@ def force_kernel(name: str | None) -> None:
 def pack_planes(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):
     """Packs a bfloat16 CUDA tensor on its GPU (kernels/pack.cu). Returns
     (groups, planes, checksum): planes as uint8 CUDA tensors by plane name, the
-    bytes glyd.pack writes for the same tensor, layout and groups. Fixed12 only
-    (the smallest layout raises UnsupportedError: pack it with glyd.pack).
+    bytes glyd.pack writes for the same tensor, layout and groups (fixed12 or
+    smallest).
     Synchronizes the current stream (the plane sizes come from the GPU)."""
     from .tensor import PLANE_NAMES, Group, _shape_array, layout_code
 
@@ -337,7 +337,7 @@ def pack_planes(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):
 def pack(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):
     """glyd.pack on the GPU: packs a bfloat16 CUDA tensor with the GPU kernels and
     returns a glyd.PackedTensor (planes copied to host memory) whose bytes equal
-    glyd.pack(tensor.cpu(), layout=layout, groups=groups). Fixed12 only."""
+    glyd.pack(tensor.cpu(), layout=layout, groups=groups)."""
     from .tensor import PackedTensor
 
     grs, planes, crc = pack_planes(tensor, layout, groups)

@@ -97,24 +97,35 @@ def test_unaligned_source():
         assert torch.equal(got.planes[name], t), name
 
 
-def test_smallest_unsupported():
-    with pytest.raises(glyd.GlydError):
-        _gpu.pack(weights((64, 64), 1).to(DEV), layout="smallest")
+@pytest.mark.parametrize("groups,shape", [(1, (4096, 4096)), (1, (37, 129)), (1, (4097,)), (1, ()), (3, (3, 70001)),
+                                          (8, (64, 1000))])
+def test_smallest(groups, shape):
+    same_as_cpu(weights(shape, seed=7 + groups), groups=groups, layout="smallest")
 
 
-def test_throughput(capsys):
+def test_smallest_all_bit_patterns():
+    w = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    same_as_cpu(w.clone(), layout="smallest")
+    perm = torch.randperm(65536, generator=torch.Generator().manual_seed(6))
+    same_as_cpu(w[perm].reshape(16, 4096).clone(), groups=4, layout="smallest")
+    same_as_cpu(torch.empty((4, 0), dtype=torch.bfloat16), groups=2, layout="smallest")
+
+
+@pytest.mark.parametrize("layout", ["fixed12", "smallest"])
+def test_throughput(capsys, layout):
     w = weights((8192, 8192), seed=11).to(DEV)  # 128 MiB of bf16
-    grs, planes, crc = _gpu.pack_planes(w)
+    grs, planes, crc = _gpu.pack_planes(w, layout)
     torch.cuda.synchronize()
     reps = 5
     t0 = time.perf_counter()
     for _ in range(reps):
-        grs, planes, crc = _gpu.pack_planes(w)
+        grs, planes, crc = _gpu.pack_planes(w, layout)
     torch.cuda.synchronize()
     dt = (time.perf_counter() - t0) / reps
     gbs = w.numel() * 2 / dt / 1e9
     with capsys.disabled():
-        print(f"\nGPU pack fixed12 [8192, 8192] bf16: {dt * 1e3:.2f} ms, {gbs:.1f} GB/s of bf16 in (planes on the GPU)")
-    got = _gpu.pack(w)
-    want = glyd.pack(w.cpu())
-    assert got.checksum == want.checksum
+        print(f"\nGPU pack {layout} [8192, 8192] bf16: {dt * 1e3:.2f} ms, {gbs:.1f} GB/s of bf16 in (planes on the GPU)")
+    want = glyd.pack(w.cpu(), layout=layout)
+    assert crc == want.checksum
+    for name, t in want.planes.items():
+        assert torch.equal(planes[name].cpu(), t), name
