@@ -312,7 +312,13 @@ def _attach(model) -> None:
 def register() -> None:
     """Define the custom op and fill GPU_HOOKS["linear"] and ["decode"]; chain
     prepare() after the "attach" hook (idempotent)."""
-    _define_op()
+    try:
+        _define_op()
+    except Exception as e:  # pragma: no cover - an older torch: eager and CUDA graphs still work
+        import logging
+
+        logging.getLogger("glyd.transformers").warning("glyd: torch.ops.glyd.linear not defined (%s); "
+                                                       "torch.compile will not trace packed linears", e)
     hooks = _m.GPU_HOOKS
     hooks["linear"] = linear_forward
     hooks["decode"] = decode_weight
