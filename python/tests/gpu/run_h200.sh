@@ -11,7 +11,7 @@ export PYTHONPATH=$PWD/python GLYD_LIBRARY=$PWD/build/libglyd.so PYTHONUNBUFFERE
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 python3 -c "import torch, glyd._gpu as g; print('glyd:', g.describe()); print('torch', torch.__version__, torch.version.cuda)"
 if [ -z "${SKIP_TESTS:-}" ]; then
-  timeout ${TEST_TIMEOUT:-240} python3 -m pytest ${TESTS:-python/tests/gpu/test_kernels.py python/tests/gpu/test_linear_module.py} -q -p no:cacheprovider -rf ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -40
+  timeout ${TEST_TIMEOUT:-240} python3 -m pytest ${TESTS:-python/tests/gpu/test_kernels.py python/tests/gpu/test_linear_module.py python/tests/gpu/test_pack_gpu.py} -q -p no:cacheprovider -rf ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.log" | tail -40
 fi
 if [ -z "${SKIP_BENCH:-}" ]; then
   [ $# -eq 0 ] && set -- --per-shape 1 --moe --moe-blocks llama4-scout
