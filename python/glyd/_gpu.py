@@ -24,7 +24,7 @@ from . import _lib
 from .errors import InvalidArgumentError
 
 __all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "force_kernel", "pack",
-           "pack_planes"]
+           "pack_planes", "pack_device"]
 
 LAYOUT_FIXED12 = 1
 LAYOUT_SMALLEST = 2
@@ -343,3 +343,12 @@ def pack(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):
     grs, planes, crc = pack_planes(tensor, layout, groups)
     host = {name: t.cpu() for name, t in planes.items()}
     return PackedTensor.from_planes(layout, torch.bfloat16, tuple(tensor.shape), grs, host, crc)
+
+
+def pack_device(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1) -> DeviceTensor:
+    """Packs a bfloat16 CUDA tensor on its GPU and keeps the planes there: a
+    DeviceTensor ready for decode() / linear(), with no host round trip of the
+    planes (the escape index of a single-group matrix is built as usual)."""
+    grs, planes, _ = pack_planes(tensor, layout, groups)
+    return DeviceTensor(layout=layout, shape=tuple(tensor.shape), groups=grs, planes=planes,
+                        device=planes["sm"].device)
