@@ -382,9 +382,12 @@ int glyd_gpu_force_kernel(const char *name);
  *   3. glyd_gpu_pack: runs the counting passes again, then the encoder, into
  *      the caller's device buffers planes[p] of plane_bytes[p] bytes (at
  *      least the sizes from step 2; NULL where the size is 0; the escidx plane
- *      4-byte aligned), and fills groups_out (`groups` entries, host memory)
- *      and *checksum. The encoder is still queued on `stream` when it returns.
- *      groups_out holds max(groups, 1) entries.
+ *      4-byte aligned), and fills groups_out (host memory, max(groups, 1)
+ *      entries) and *checksum. The encoder is still queued on `stream` when
+ *      it returns. The smallest layout's chunk table is copied from the host.
+ * Errors: UNSUPPORTED (fp16), INVALID_ARGUMENT (layout, groups, a group of
+ * 2^32 or more elements, NULL or misaligned pointers), BUFFER_TOO_SMALL
+ * (workspace or a plane), NO_GPU, CUDA.
  * With the planes copied to the host, glyd_packed_import(layout, dtype, shape,
  * ndim, groups_out, groups, planes, sizes, checksum) makes the packed tensor;
  * left on the device, they form a glyd_gpu_tensor.
