@@ -144,4 +144,5 @@ def test_pack_device_decodes(layout):
     if layout == "fixed12":
         x = torch.randn(3, 1024, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).to(DEV)
         ref = _gpu.DeviceTensor(glyd.pack(w), DEV).linear(x)
-        assert torch.equal(dt.linear(x), ref)
+        # compare bits: the weights hold Inf/NaN, so the outputs do too (NaN != NaN)
+        assert torch.equal(dt.linear(x).view(torch.int16), ref.view(torch.int16))
