@@ -2,8 +2,8 @@
  * decode.cu — packed planes -> bf16 in device memory, bit for bit.
  *
  * Contract
- *   Input : the planes of ONE group of a packed bf16 tensor (docs/SPEC-DRAFT.md,
- *           "Byte layout of packed planes", version 1), group offsets already
+ *   Input : the planes of ONE group of a packed bf16 tensor (docs/FORMAT.md,
+ *           part I, layouts version 1), group offsets already
  *           added by the host. Output: dst[i] = the original bf16 bits of
  *           element i of the group, i in [0, n).
  *   Every kernel takes one glyd_kparams (core/gpu/glyd_kernel_params.h).

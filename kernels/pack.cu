@@ -1,6 +1,6 @@
 /*
  * pack.cu — bf16 tensor in device memory -> fixed12 or smallest planes, byte
- * for byte what core/codec Pack writes (docs/LAYOUTS.md, version 1).
+ * for byte what core/codec Pack writes (docs/FORMAT.md, version 1).
  *
  * Contract
  *   Input : p.x = the tensor's bf16 elements (row-major, contiguous, 2-byte

@@ -59,7 +59,7 @@ func formatTensor(t *codec.Tensor) string {
 // TestGolden pins the bytes of both layouts for goldenInput: the file
 // format and the GPU kernels depend on them. Run with -update to rewrite
 // testdata/golden_*.txt after a deliberate change of the layouts (and say
-// so in docs/LAYOUTS.md).
+// so in docs/FORMAT.md).
 func TestGolden(t *testing.T) {
 	x := goldenInput()
 	for _, l := range layouts {
@@ -93,7 +93,7 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestHandMade decodes tensors written by hand from docs/LAYOUTS.md (the
+// TestHandMade decodes tensors written by hand from docs/FORMAT.md (the
 // same ones internal/ref checks itself against) with the fast decoder.
 func TestHandMade(t *testing.T) {
 	le32 := func(v uint32) []byte {

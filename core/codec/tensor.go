@@ -9,7 +9,7 @@
 //   - Smallest: a three-level exponent code (≈10.7 bits/weight on trained
 //     weights), still decodable inside a GPU matmul tile.
 //
-// docs/LAYOUTS.md specifies every byte of both layouts as implemented here
+// docs/FORMAT.md specifies every byte of both layouts as implemented here
 // (docs/FORMAT.md, the checkpoint format around them).
 //
 // A tensor may be split along its first axis into independent groups (the

@@ -7,7 +7,7 @@
 // tensors (norms, biases, anything not packed) are stored under their own
 // name with their own dtype. The descriptor records, per tensor, its layout,
 // dtype, shape, groups, planes and the CRC-32C of its original bytes.
-// docs/CHECKPOINT.md specifies every byte.
+// docs/FORMAT.md (part II) specifies every byte.
 //
 // A Writer streams tensors into a temporary sibling folder and renames it into
 // place on Commit, so a crash never leaves a half-written checkpoint under the

@@ -80,7 +80,7 @@ var linConfigs = []linConfig{
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
-// rows. From the configuration sweeps on the H200 (docs/PERFORMANCE-GPU.md,
+// rows. From the configuration sweeps on the H200 (docs/PERFORMANCE.md,
 // run 5): at 1-8 tokens two k-blocks in flight per lane (u2) win when the
 // 16-row blocks are few (o, down of Qwen3-8B: 256 blocks), one (u1, higher
 // occupancy) when they are many (qkv 384, gate_up 1536).

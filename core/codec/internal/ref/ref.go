@@ -1,5 +1,5 @@
 // Package ref is a slow, obviously correct decoder of Glyd's packed layouts,
-// written straight from docs/SPEC-DRAFT.md ("Byte layout of packed planes")
+// written straight from docs/FORMAT.md (part I, the packed layouts)
 // one element and one bit at a time. It shares no code with the fast decoder
 // in package codec and serves as the oracle in its tests: for any input, the
 // fast decoder must return the same bits, or fail where this one fails.
