@@ -90,31 +90,9 @@ def run(block, x):
 
 
 def time_graph(fn):
-    import torch
+    from .bench import _time_graph
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(WARMUP):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(WARMUP):
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    del g
-    return statistics.median(times)
+    return _time_graph(fn, reps=REPS, warmup=WARMUP)
 
 
 def time_eager(fn):
