@@ -203,14 +203,23 @@ def _check_out(out, shape, dtype):
 
 
 def pack(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1, workers: int = 0) -> PackedTensor:
-    """Pack a CPU bfloat16 or float16 tensor losslessly.
+    """Pack a bfloat16 or float16 tensor losslessly.
 
+    CPU tensors pack on `workers` threads (0 = all cores); bfloat16 CUDA tensors
+    pack on their GPU (the same bytes; planes returned in host memory).
     groups > 1 splits axis 0 into independently decodable slices (experts).
     """
     if not isinstance(tensor, torch.Tensor):
         raise InvalidArgumentError(1, f"glyd.pack takes a torch.Tensor, not {type(tensor).__name__}")
+    if tensor.device.type == "cuda":
+        if tensor.dtype == torch.bfloat16:
+            from . import _gpu  # the GPU packer writes the same bytes
+
+            layout_code(layout)
+            return _gpu.pack(tensor.detach().contiguous(), layout=layout, groups=groups or 1)
+        tensor = tensor.cpu()  # the GPU packer takes bf16 only
     if tensor.device.type != "cpu":
-        raise InvalidArgumentError(1, f"glyd.pack takes a CPU tensor, got one on {tensor.device}; call .cpu() first")
+        raise InvalidArgumentError(1, f"glyd.pack takes a CPU or CUDA tensor, got one on {tensor.device}")
     code = dtype_code(tensor.dtype)
     t = tensor.detach().contiguous()
     sarr, ndim = _shape_array(t.shape)

@@ -91,3 +91,9 @@ def test_corrupt_planes_are_refused_on_import():
     planes["sm"] = planes["sm"][:-1]  # truncated plane
     with pytest.raises(glyd.CorruptError):
         glyd.PackedTensor.from_planes("fixed12", torch.bfloat16, p.shape, p.groups, planes, p.checksum)
+
+
+def test_cuda_tensor_without_a_gpu_is_a_clear_error():
+    # a meta tensor stands in for a device the CPU build cannot pack on
+    with pytest.raises(glyd.InvalidArgumentError, match="CPU or CUDA"):
+        glyd.pack(torch.empty(4, dtype=torch.bfloat16, device="meta"))

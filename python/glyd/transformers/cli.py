@@ -38,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     pk.add_argument("--dtype", choices=("auto", "bfloat16", "float16"), default="auto",
                     help="convert the model to this dtype before packing (default: the checkpoint's own; "
                          "packing is exact for the converted weights)")
+    pk.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                    help="where to pack: auto = on the GPU when one is usable, else the CPU (same bytes)")
     pk.add_argument("--overwrite", action="store_true", help="replace DST if it exists (once the new one is complete)")
     pk.add_argument("--verify", action="store_true", help="verify every tensor of DST after writing it")
     pk.add_argument("--trust-remote-code", action="store_true", help="allow model code from SRC")
@@ -87,6 +89,15 @@ def _load_source_model(src: str, dtype: str, trust_remote_code: bool):
     return cls.from_pretrained(src, **kwargs)
 
 
+def _pack_device(choice: str) -> str:
+    """The device save_pretrained packs on: the GPU when asked or, for auto, when usable."""
+    if choice != "auto":
+        return choice
+    from .. import _gpu
+
+    return "cuda" if _gpu.available() else "cpu"
+
+
 def cmd_pack(a) -> int:
     from ..checkpoint import Reader
     from .save import save_pretrained
@@ -99,7 +110,7 @@ def cmd_pack(a) -> int:
         return EXIT_USAGE
     model = _load_source_model(a.src, a.dtype, a.trust_remote_code)
     stats = save_pretrained(model, a.dst, layout=a.layout, max_shard_size=a.max_shard_size, source=a.src,
-                            overwrite=a.overwrite, progress=not a.quiet)
+                            overwrite=a.overwrite, progress=not a.quiet, pack_device=_pack_device(a.device))
     if a.verify:
         with Reader(a.dst) as r:
             r.verify_all(progress=not a.quiet)

@@ -73,7 +73,7 @@ def write_config(model, directory: str, fmt: str, layout: str, skips) -> None:
 
 def save_pretrained(model, save_directory, layout: str = "fixed12", max_shard_size="5GB", tokenizer=None,
                     source=None, overwrite: bool = False, modules_to_not_convert=None, progress: bool = True,
-                    workers: int = 0) -> dict:
+                    workers: int = 0, pack_device=None) -> dict:
     """Pack a transformers model into a Glyd checkpoint folder.
 
     Packs the weight of every nn.Linear and every expert weight (one group per
@@ -93,7 +93,10 @@ def save_pretrained(model, save_directory, layout: str = "fixed12", max_shard_si
         overwrite: replace an existing folder (only once the new one is complete).
         modules_to_not_convert: more module paths (or suffixes) to keep unpacked.
         progress: show a tqdm progress bar.
-        workers: threads for packing (0 = all cores).
+        workers: threads for packing on the CPU (0 = all cores).
+        pack_device: where to pack: None packs each weight where it is (bf16 weights on a
+            GPU pack on that GPU), "cuda" moves each weight to the GPU to pack it there
+            (one tensor at a time), "cpu" packs on the CPU. The bytes are the same.
 
     Returns a summary dict: format, layout, packed/raw tensor counts, bytes.
     """
@@ -147,7 +150,8 @@ def save_pretrained(model, save_directory, layout: str = "fixed12", max_shard_si
                 nbytes = t.numel() * t.element_size()
                 item = plan.get(key)
                 if item is not None:
-                    p = pack(t.detach().to("cpu"), layout=layout, groups=item.groups, workers=workers)
+                    src = t.detach() if pack_device is None else t.detach().to(pack_device)
+                    p = pack(src, layout=layout, groups=item.groups, workers=workers)
                     w.add_packed(packed_tensor_name(item.module, item.attr), p)
                     stats["packed_tensors"] += 1
                     stats["original_bytes"] += p.original_bytes

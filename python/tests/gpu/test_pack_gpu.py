@@ -146,3 +146,12 @@ def test_pack_device_decodes(layout):
         ref = _gpu.DeviceTensor(glyd.pack(w), DEV).linear(x)
         # compare bits: the weights hold Inf/NaN, so the outputs do too (NaN != NaN)
         assert torch.equal(dt.linear(x).view(torch.int16), ref.view(torch.int16))
+
+
+def test_glyd_pack_routes_cuda_tensors_to_the_gpu_packer():
+    # glyd.pack of a bf16 CUDA tensor packs on the GPU and gives glyd.pack's CPU bytes
+    w = weights((256, 520), seed=31)
+    got, want = glyd.pack(w.to(DEV), layout="smallest"), glyd.pack(w, layout="smallest")
+    assert got.checksum == want.checksum
+    for name in glyd.PLANE_NAMES:
+        assert torch.equal(got.planes[name], want.planes[name]), name
