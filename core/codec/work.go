@@ -2,6 +2,7 @@ package codec
 
 import (
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -87,9 +88,20 @@ func parallel(n, workers int, fn func(w, i int) error) error {
 	return nil
 }
 
+// safeCall runs fn(w, i), turning a panic into an error.
+//
+// Planes may be memory-mapped files: a file truncated while mapped faults
+// (SIGBUS) on access, which SetPanicOnFault turns into a panic reported as
+// an I/O error here, instead of a crash of the host process.
 func safeCall(fn func(w, i int) error, w, i int) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
+			// A fault past the first page is a mapping gone bad, not a nil pointer.
+			if fe, ok := r.(interface{ Addr() uintptr }); ok && fe.Addr() >= 4096 {
+				err = status.Errorf(status.IO, "packed data became unreadable while decoding (a memory-mapped file truncated while open?): %v", r)
+				return
+			}
 			err = status.Errorf(status.Internal, "internal error in codec: %v", fmt.Sprint(r))
 		}
 	}()
