@@ -104,7 +104,7 @@ func BenchmarkKernel(b *testing.B) {
 	var fs smallestScratch
 	run("encodeSmallestFast", func(k *kchunk) {
 		w := escWriter{idx: escIdx, exp: escExp}
-		encodeSmallestFast(k.x, sm[:], code[:], &fs, &sym, table, sbase, 0, &w)
+		encodeSmallestFast(k.x, sm[:], code[:], &fs, &sym, nil, table, sbase, 0, &w)
 	})
 	var dt smallestDecTables
 	dt.build(table, f)
@@ -146,6 +146,9 @@ func BenchmarkPasses(b *testing.B) {
 		})
 	}
 	run("A", func(k *kchunk) { smallestEncA(asChunkX(k.x), &c1, &s.te, &sym) })
+	var pair pairSymTable
+	pair.build(&sym)
+	run("APair", func(k *kchunk) { smallestEncAPair(asChunkX(k.x), &c1, &s.te, &pair) })
 	run("SM", func(k *kchunk) { splitSMChunk(asChunkX(k.x), &sm) })
 	smallestEncA(asChunkX(cs[0].x), &c1, &s.te, &sym)
 	run("B", func(k *kchunk) { smallestEncB(&s.te, &s.buf2) })

@@ -76,6 +76,10 @@ type scratch struct {
 	buf2 [seg2Buf]byte
 	buf3 [seg3Buf]byte
 	fast smallestScratch
+	// Pair table of the group pairG (-1: none) for the fast Smallest
+	// encoder, built once per group and worker for large groups only.
+	pair  *pairSymTable
+	pairG int
 }
 
 func (pk *packer) run(workers int) (*Tensor, error) {
@@ -155,6 +159,9 @@ func (pk *packer) run(workers int) (*Tensor, error) {
 
 	// Pass 3: encode.
 	scr := make([]scratch, min(workers, max(U, 1)))
+	for i := range scr {
+		scr[i].pairG = -1
+	}
 	if err := parallel(U, workers, func(w, u int) error { return pk.encodeUnit(&scr[w], u) }); err != nil {
 		return nil, err
 	}
@@ -285,7 +292,7 @@ func (pk *packer) encodeUnit(s *scratch, u int) error {
 			var ok bool
 			b2, b3 := s.buf2[:], s.buf3[:]
 			if f.bf16 && littleEndian && !forceGeneric {
-				len2, len3, ok = encodeSmallestFast(x, sm, code, &s.fast, &sym, grp.Table, grp.Base, lo, &esc)
+				len2, len3, ok = encodeSmallestFast(x, sm, code, &s.fast, &sym, pk.pairTable(s, us.g, &sym), grp.Table, grp.Base, lo, &esc)
 				b2, b3 = s.fast.buf2[:], s.fast.buf3[:]
 			} else {
 				len2, len3, ok = encodeSmallest(x, sm, code, b2, b3, f, &sym, grp.Base, lo, &esc)
@@ -303,6 +310,26 @@ func (pk *packer) encodeUnit(s *scratch, u int) error {
 		}
 	}
 	return nil
+}
+
+// pairMinElements is the smallest group that the fast Smallest encoder
+// builds a pair table for (64 KiB, about as long to build as encoding a
+// few chunks).
+const pairMinElements = 1 << 20
+
+// pairTable returns the pair table of group g for s (nil for small groups).
+func (pk *packer) pairTable(s *scratch, g int, sym *[256]uint8) *pairSymTable {
+	if pk.per < pairMinElements {
+		return nil
+	}
+	if s.pairG != g {
+		if s.pair == nil {
+			s.pair = new(pairSymTable)
+		}
+		s.pair.build(sym)
+		s.pairG = g
+	}
+	return s.pair
 }
 
 // histBF16 counts the exponents of x into h (len(x) <= ChunkElements).
