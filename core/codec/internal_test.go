@@ -176,3 +176,19 @@ func TestCRCCombineEqual(t *testing.T) {
 		t.Fatalf("Fixed12Base %d", b)
 	}
 }
+
+func TestSplitChunk(t *testing.T) {
+	var x chunkX
+	for i := 0; i < ChunkElements; i++ {
+		v := uint16(i*40503 + i>>3)
+		x[2*i], x[2*i+1] = byte(v), byte(v>>8)
+	}
+	var sm, e chunkSM
+	splitChunk(&x, &sm, &e)
+	for i := 0; i < ChunkElements; i++ {
+		v := uint16(x[2*i]) | uint16(x[2*i+1])<<8
+		if sm[i] != uint8(v>>8)&0x80|uint8(v)&0x7F || e[i] != uint8(v>>7) {
+			t.Fatalf("element %d = %#04x: sm %#02x e %#02x", i, v, sm[i], e[i])
+		}
+	}
+}

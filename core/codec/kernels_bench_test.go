@@ -145,12 +145,14 @@ func BenchmarkPasses(b *testing.B) {
 			})
 		})
 	}
-	run("A", func(k *kchunk) { smallestEncA(asChunkX(k.x), &c1, &s.te, &sym) })
+	run("split", func(k *kchunk) { splitChunk(asChunkX(k.x), &sm, &s.e) })
+	splitChunk(asChunkX(cs[0].x), &sm, &s.e) // A and APair read cs[0]'s exponents
+	run("A", func(k *kchunk) { smallestEncA(&s.e, &c1, &s.te, &sym) })
 	var pair pairSymTable
 	pair.build(&sym)
-	run("APair", func(k *kchunk) { smallestEncAPair(asChunkX(k.x), &c1, &s.te, &pair) })
-	run("SM", func(k *kchunk) { splitSMChunk(asChunkX(k.x), &sm) })
-	smallestEncA(asChunkX(cs[0].x), &c1, &s.te, &sym)
+	run("APair", func(k *kchunk) { smallestEncAPair(&s.e, &c1, &s.te, &pair) })
+	splitChunk(asChunkX(cs[0].x), &sm, &s.e)
+	smallestEncA(&s.e, &c1, &s.te, &sym)
 	run("B", func(k *kchunk) { smallestEncB(&s.te, &s.buf2) })
 	run("L", func(k *kchunk) { smallestEncL(&s.te, &s.l3) })
 	nl3 := smallestEncL(&s.te, &s.l3)

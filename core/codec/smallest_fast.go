@@ -12,10 +12,10 @@ import (
 // branch but the rare escapes (Go's register allocator does much better
 // with several simple loops than with one that does everything):
 //
-//   - encoder: pass A maps each block to its encTable entry (level-1 byte,
-//     level-2 bits, level-3 mask); the sign+mantissa bytes are split off;
-//     pass B writes the level-2 segment; pass L lists the blocks that take
-//     level-3 codes; pass C writes the level-3 segment.
+//   - encoder: splitChunk splits off the sign+mantissa and exponent bytes;
+//     pass A maps each block to its encTable entry (level-1 byte, level-2
+//     bits, level-3 mask); pass B writes the level-2 segment; pass L lists
+//     the blocks that take level-3 codes; pass C writes the level-3 segment.
 //   - decoder: pass A writes every element's level-1 or level-2 exponent
 //     and sign+mantissa and lists the blocks with level-3 codes; pass C
 //     adds their exponents.
@@ -54,6 +54,7 @@ type smallestScratch struct {
 	x  chunkU16
 	sm chunkSM
 	c1 chunkL1
+	e  chunkSM // encoder: each element's exponent field
 	// Bytes of buf2 and buf3 that may hold an earlier chunk's segment
 	// (the rest is zero).
 	dirty2, dirty3 int
@@ -98,12 +99,12 @@ func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, sym *[
 		xs, sms, c1s = s.x[:], s.sm[:], s.c1[:]
 	}
 	xb := asChunkX(xs)
+	splitChunk(xb, (*chunkSM)(sms), &s.e)
 	if pair != nil {
-		smallestEncAPair(xb, (*chunkL1)(c1s), &s.te, pair)
+		smallestEncAPair(&s.e, (*chunkL1)(c1s), &s.te, pair)
 	} else {
-		smallestEncA(xb, (*chunkL1)(c1s), &s.te, sym)
+		smallestEncA(&s.e, (*chunkL1)(c1s), &s.te, sym)
 	}
-	splitSMChunk(xb, (*chunkSM)(sms))
 	len2 = smallestEncB(&s.te, &s.buf2)
 	nl3 := smallestEncL(&s.te, &s.l3)
 	w3 := bitWriter{buf: s.buf3[:]}
@@ -143,10 +144,9 @@ func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, sym *[
 
 // smallestEncA is the encoder's pass A for bf16: each block's encTable
 // entry to te and its level-1 byte to c1.
-func smallestEncA(xb *chunkX, c1 *chunkL1, te *[blocksPerChunk]uint32, sym *[256]uint8) {
+func smallestEncA(e *chunkSM, c1 *chunkL1, te *[blocksPerChunk]uint32, sym *[256]uint8) {
 	for blk := 0; blk < blocksPerChunk; blk++ {
-		e := binary.LittleEndian.Uint64(xb[8*blk:8*blk+8]) >> 7
-		t := encTable[(uint32(sym[uint8(e)])|uint32(sym[uint8(e>>16)])<<3|uint32(sym[uint8(e>>32)])<<6|uint32(sym[uint8(e>>48)])<<9)&4095]
+		t := encTable[(uint32(sym[e[4*blk]])|uint32(sym[e[4*blk+1]])<<3|uint32(sym[e[4*blk+2]])<<6|uint32(sym[e[4*blk+3]])<<9)&4095]
 		c1[blk] = byte(t)
 		te[blk] = t
 	}
@@ -173,26 +173,12 @@ func (p *pairSymTable) build(sym *[256]uint8) {
 
 // smallestEncAPair is smallestEncA with a pair table: two lookups per block
 // for its 12-bit symbol index instead of four lookups and three shifts.
-func smallestEncAPair(xb *chunkX, c1 *chunkL1, te *[blocksPerChunk]uint32, pair *pairSymTable) {
+func smallestEncAPair(e *chunkSM, c1 *chunkL1, te *[blocksPerChunk]uint32, pair *pairSymTable) {
 	for blk := 0; blk < blocksPerChunk; blk++ {
-		e := binary.LittleEndian.Uint64(xb[8*blk:8*blk+8]) >> 7 & lanesByte
-		e |= e >> 8 // exponents e0 | e1<<8 in bits 0..15, e2 | e3<<8 in bits 32..47
-		t := encTable[(uint32(pair[uint16(e)])|uint32(pair[uint16(e>>32)])<<6)&4095]
+		v := binary.LittleEndian.Uint32(e[4*blk : 4*blk+4]) // e0 | e1<<8 | e2<<16 | e3<<24
+		t := encTable[(uint32(pair[uint16(v)])|uint32(pair[uint16(v>>16)])<<6)&4095]
 		c1[blk] = byte(t)
 		te[blk] = t
-	}
-}
-
-// splitSMChunk writes the sign+mantissa bytes of a chunk of bf16 elements.
-func splitSMChunk(xb *chunkX, sm *chunkSM) {
-	for i := 0; i < ChunkElements; i += 8 {
-		w0 := binary.LittleEndian.Uint64(xb[2*i : 2*i+8])
-		w1 := binary.LittleEndian.Uint64(xb[2*i+8 : 2*i+16])
-		s0 := (w0>>8)&lanesBit7 | w0&lanesLo7
-		s1 := (w1>>8)&lanesBit7 | w1&lanesLo7
-		s0 = (s0 | s0>>8) & 0x0000FFFF0000FFFF
-		s1 = (s1 | s1>>8) & 0x0000FFFF0000FFFF
-		binary.LittleEndian.PutUint64(sm[i:i+8], (s0|s0>>16)&0xFFFFFFFF|(s1|s1>>16)<<32)
 	}
 }
 
