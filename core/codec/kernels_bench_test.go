@@ -102,9 +102,10 @@ func BenchmarkKernel(b *testing.B) {
 		encodeSmallest(k.x, sm[:], code[:], buf2[:], buf3[:], f, &sym, sbase, 0, &w)
 	})
 	var fs smallestScratch
+	var fe chunkSM
 	run("encodeSmallestFast", func(k *kchunk) {
 		w := escWriter{idx: escIdx, exp: escExp}
-		encodeSmallestFast(k.x, sm[:], code[:], &fs, &sym, nil, table, sbase, 0, &w)
+		encodeSmallestFast(k.x, sm[:], code[:], &fs, &fe, &sym, nil, table, sbase, 0, &w)
 	})
 	var dt smallestDecTables
 	dt.build(table, f)
@@ -133,6 +134,7 @@ func BenchmarkKernel(b *testing.B) {
 func BenchmarkPasses(b *testing.B) {
 	cs, _, table, sbase, sym := kernelData()
 	var s smallestScratch
+	var e chunkSM
 	var c1 chunkL1
 	var sm chunkSM
 	_ = table
@@ -145,14 +147,14 @@ func BenchmarkPasses(b *testing.B) {
 			})
 		})
 	}
-	run("split", func(k *kchunk) { splitChunk(asChunkX(k.x), &sm, &s.e) })
-	splitChunk(asChunkX(cs[0].x), &sm, &s.e) // A and APair read cs[0]'s exponents
-	run("A", func(k *kchunk) { smallestEncA(&s.e, &c1, &s.te, &sym) })
+	run("split", func(k *kchunk) { splitChunk(asChunkX(k.x), &sm, &e) })
+	splitChunk(asChunkX(cs[0].x), &sm, &e) // A and APair read cs[0]'s exponents
+	run("A", func(k *kchunk) { smallestEncA(&e, &c1, &s.te, &sym) })
 	var pair pairSymTable
 	pair.build(&sym)
-	run("APair", func(k *kchunk) { smallestEncAPair(&s.e, &c1, &s.te, &pair) })
-	splitChunk(asChunkX(cs[0].x), &sm, &s.e)
-	smallestEncA(&s.e, &c1, &s.te, &sym)
+	run("APair", func(k *kchunk) { smallestEncAPair(&e, &c1, &s.te, &pair) })
+	splitChunk(asChunkX(cs[0].x), &sm, &e)
+	smallestEncA(&e, &c1, &s.te, &sym)
 	run("B", func(k *kchunk) { smallestEncB(&s.te, &s.buf2) })
 	run("L", func(k *kchunk) { smallestEncL(&s.te, &s.l3) })
 	nl3 := smallestEncL(&s.te, &s.l3)

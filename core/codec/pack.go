@@ -76,6 +76,7 @@ type scratch struct {
 	buf2 [seg2Buf]byte
 	buf3 [seg3Buf]byte
 	fast smallestScratch
+	e    chunkSM // exponent bytes of a chunk (fast Smallest encoder)
 	// Pair table of the group pairG (-1: none) for the fast Smallest
 	// encoder, built once per group and worker for large groups only.
 	pair  *pairSymTable
@@ -292,7 +293,7 @@ func (pk *packer) encodeUnit(s *scratch, u int) error {
 			var ok bool
 			b2, b3 := s.buf2[:], s.buf3[:]
 			if f.bf16 && littleEndian && !forceGeneric {
-				len2, len3, ok = encodeSmallestFast(x, sm, code, &s.fast, &sym, pk.pairTable(s, us.g, &sym), grp.Table, grp.Base, lo, &esc)
+				len2, len3, ok = encodeSmallestFast(x, sm, code, &s.fast, &s.e, &sym, pk.pairTable(s, us.g, &sym), grp.Table, grp.Base, lo, &esc)
 				b2, b3 = s.fast.buf2[:], s.fast.buf3[:]
 			} else {
 				len2, len3, ok = encodeSmallest(x, sm, code, b2, b3, f, &sym, grp.Base, lo, &esc)

@@ -54,7 +54,6 @@ type smallestScratch struct {
 	x  chunkU16
 	sm chunkSM
 	c1 chunkL1
-	e  chunkSM // encoder: each element's exponent field
 	// Bytes of buf2 and buf3 that may hold an earlier chunk's segment
 	// (the rest is zero).
 	dirty2, dirty3 int
@@ -85,7 +84,7 @@ func asChunkX(x []uint16) *chunkX { return (*chunkX)(u16bytes(x)) }
 //
 // pair, if not nil, is sym for two exponents at a time (pairSyms): fewer
 // instructions per block in pass A.
-func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, sym *[256]uint8, pair *pairSymTable, table [6]uint8, base uint8, start int, esc *escWriter) (len2, len3 int, ok bool) {
+func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, e *chunkSM, sym *[256]uint8, pair *pairSymTable, table [6]uint8, base uint8, start int, esc *escWriter) (len2, len3 int, ok bool) {
 	n := len(x)
 	xs, sms, c1s := x, sm, code1
 	if n < ChunkElements {
@@ -99,11 +98,11 @@ func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, sym *[
 		xs, sms, c1s = s.x[:], s.sm[:], s.c1[:]
 	}
 	xb := asChunkX(xs)
-	splitChunk(xb, (*chunkSM)(sms), &s.e)
+	splitChunk(xb, (*chunkSM)(sms), e)
 	if pair != nil {
-		smallestEncAPair(&s.e, (*chunkL1)(c1s), &s.te, pair)
+		smallestEncAPair(e, (*chunkL1)(c1s), &s.te, pair)
 	} else {
-		smallestEncA(&s.e, (*chunkL1)(c1s), &s.te, sym)
+		smallestEncA(e, (*chunkL1)(c1s), &s.te, sym)
 	}
 	len2 = smallestEncB(&s.te, &s.buf2)
 	nl3 := smallestEncL(&s.te, &s.l3)
