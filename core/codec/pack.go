@@ -188,11 +188,11 @@ func (pk *packer) unitChunks(us unit) (c0, c1 int) {
 // histUnit is pass 1 for unit u: chunk histograms, unit histogram, CRC.
 func (pk *packer) histUnit(_, u int) error {
 	us := pk.units[u]
-	base := us.g * pk.per
-	pk.unitCRC[u] = crcUpdate(0, pk.src[base+us.lo:base+us.hi])
+	var crc uint32
 	c0, c1 := pk.unitChunks(us)
 	for c := c0; c < c1; c++ {
 		x, _, _ := pk.chunkSrc(c)
+		crc = crcUpdate(crc, x) // chunk by chunk: the histogram then reads x from L1
 		h := (*[256]uint16)(pk.hist[256*c : 256*c+256])
 		if pk.dt == BF16 {
 			histBF16(x, h)
@@ -200,6 +200,7 @@ func (pk *packer) histUnit(_, u int) error {
 			histFP16(x, h)
 		}
 	}
+	pk.unitCRC[u] = crc
 	return nil
 }
 
