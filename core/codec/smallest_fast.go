@@ -82,8 +82,9 @@ func asChunkX(x []uint16) *chunkX { return (*chunkX)(u16bytes(x)) }
 // s.buf2 and s.buf3 receive the segments. It returns the segment lengths,
 // and false if the escape list runs out of room (a bug).
 //
-// pair, if not nil, is sym for two exponents at a time (pairSyms): fewer
-// instructions per block in pass A.
+// e receives the chunk's exponent bytes. pair, if not nil, is sym for two
+// exponents at a time (pairSymTable): fewer instructions per block in
+// pass A.
 func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, e *chunkSM, sym *[256]uint8, pair *pairSymTable, table [6]uint8, base uint8, start int, esc *escWriter) (len2, len3 int, ok bool) {
 	n := len(x)
 	xs, sms, c1s := x, sm, code1
@@ -142,7 +143,7 @@ func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, e *chu
 }
 
 // smallestEncA is the encoder's pass A for bf16: each block's encTable
-// entry to te and its level-1 byte to c1.
+// entry to te and its level-1 byte to c1, from the exponent bytes e.
 func smallestEncA(e *chunkSM, c1 *chunkL1, te *[blocksPerChunk]uint32, sym *[256]uint8) {
 	for blk := 0; blk < blocksPerChunk; blk++ {
 		t := encTable[(uint32(sym[e[4*blk]])|uint32(sym[e[4*blk+1]])<<3|uint32(sym[e[4*blk+2]])<<6|uint32(sym[e[4*blk+3]])<<9)&4095]
