@@ -37,8 +37,8 @@ func Pack(src []uint16, dt DType, shape []int64, opt Options) (*Tensor, error) {
 	if G > 1 && (len(shape) == 0 || shape[0] < int64(G) || shape[0]%int64(G) != 0) {
 		return nil, status.Errorf(status.InvalidArgument, "%d groups do not split shape %v along axis 0", G, shape)
 	}
-	if per := total / G; per > MaxGroupElements {
-		return nil, status.Errorf(status.InvalidArgument, "group of %d elements exceeds 2^32-1; pack with groups=%d or more (a divisor of shape[0] = %d)", per, (total+MaxGroupElements-1)/MaxGroupElements, shape[0])
+	if per := uint64(total / G); per > MaxGroupElements {
+		return nil, status.Errorf(status.InvalidArgument, "group of %d elements exceeds 2^32-1; pack with groups=%d or more (a divisor of shape[0] = %d)", per, (uint64(total)+MaxGroupElements-1)/MaxGroupElements, shape[0])
 	}
 	if len(src) != total {
 		return nil, status.Errorf(status.SizeMismatch, "%d elements given for shape %v (%d elements)", len(src), shape, total)
