@@ -103,7 +103,6 @@ def build(model, layers, distinct, layout="fixed12"):
 
 def step_fns(sets, tokens, which):
     import torch
-    import torch.nn.functional as F
 
     dev = torch.device("cuda", 0)
     xs = {}
@@ -258,8 +257,6 @@ def _ratio(a, b):
 # ---- table 1 (and the per-shape table and sweeps) ------------------------------------------------------
 
 def table1(args, rep):
-    import torch
-
     sets = build(args.model, args.layers, args.distinct)
     nl = len(sets[0]["w"])
     bits = statistics.mean(s["bits"] for s in sets)

@@ -22,7 +22,6 @@ import copy
 import datetime
 import json
 import platform
-import statistics
 import sys
 
 REPS = 20
@@ -96,20 +95,9 @@ def time_graph(fn):
 
 
 def time_eager(fn):
-    import torch
+    from .bench import _time_eager
 
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return _time_eager(fn, reps=REPS, warmup=WARMUP)
 
 
 def timed(fn, graph: bool):
