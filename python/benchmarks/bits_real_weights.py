@@ -44,7 +44,7 @@ def main() -> None:
             tot[2] += p.escapes
     print(f"all-MiniLM-L6-v2: {n_all:,} weights in 2-D tensors (bf16)")
     print(f"order-0 limit (8 + exponent entropy): per tensor {8 + entropy_bits / n_all:.3f}, pooled {8 + exponent_entropy(pooled):.3f} bits/weight")
-    print(f"| layout | bits/weight | escape fraction |\n|---|---|---|")
+    print("| layout | bits/weight | escape fraction |\n|---|---|---|")
     for layout, (nbytes, n, esc) in totals.items():
         print(f"| {layout} | {8 * nbytes / n:.3f} | {esc / n:.2e} |")
 

@@ -17,7 +17,7 @@ def main() -> int:
     print(f"library:  {_lib.library_path()}")
     print(f"version:  {lib.glyd_version_string().decode()} (ABI {lib.glyd_abi_version()})")
     v = lib.glyd_format_version()
-    print(f"formats:  reads and writes " + ", ".join(f"glyd-v{i}" for i in range(1, v + 1)))
+    print("formats:  reads and writes " + ", ".join(f"glyd-v{i}" for i in range(1, v + 1)))
     try:
         from . import gpu
 

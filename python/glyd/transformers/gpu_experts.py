@@ -56,7 +56,6 @@ import types
 from typing import Optional
 
 import torch
-from torch.nn import functional as F
 
 from ..errors import InvalidArgumentError
 from . import modules as _m

@@ -40,7 +40,7 @@ def model_class(cfg: dict):
         cls = getattr(transformers, arch, None)
         if cls is not None:
             return cls
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM  # noqa: F401
+    from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM
 

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..tensor import PLANE_NAMES, Group, PackedTensor
+from ..tensor import PLANE_NAMES, PackedTensor
 
 #: Hooks for the GPU path, filled by the CUDA code (glyd.gpu):
 #:   "linear":  fn(module: GlydLinear, x) -> y         fused decode+matmul, or exact

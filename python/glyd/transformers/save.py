@@ -16,7 +16,7 @@ from ..errors import InvalidArgumentError
 from ..tensor import LAYOUTS, pack
 from .config import GUARD, GlydConfig
 from .families import default_skips, pack_plan
-from .modules import GlydModule, PackedWeight, packed_tensor_name
+from .modules import GlydModule, packed_tensor_name
 
 logger = logging.getLogger("glyd.transformers")
 

@@ -31,7 +31,7 @@ if not torch.cuda.is_available() or not _gpu.available():
 from glyd.errors import InvalidArgumentError  # noqa: E402
 from glyd.gpu.bench import StepRunner, linears_fn  # noqa: E402
 from glyd.transformers import gpu_experts, gpu_linear  # noqa: E402
-from glyd.transformers.modules import GlydLinear, iter_packed_modules, set_exact  # noqa: E402
+from glyd.transformers.modules import GlydLinear, iter_packed_modules  # noqa: E402
 
 from conftest import model_inputs  # noqa: E402
 
