@@ -72,8 +72,21 @@ func result(err error) C.int {
 // reach the host process. Use as `defer guard(&rc)` with a named result.
 func guard(rc *C.int) {
 	if r := recover(); r != nil {
+		// With mappedReads, a fault past the first page is a mapped file gone bad.
+		if fe, ok := r.(interface{ Addr() uintptr }); ok && fe.Addr() >= 4096 {
+			*rc = fail(status.Errorf(status.IO, "a checkpoint file became unreadable (truncated while open?): %v", r))
+			return
+		}
 		*rc = fail(status.Errorf(status.Internal, "internal error (please report): panic: %v\n%s", r, debug.Stack()))
 	}
+}
+
+// mappedReads makes a fault while reading memory-mapped shards on this
+// goroutine a panic (which guard reports) instead of a crash; it returns the
+// function that restores the previous setting.
+func mappedReads() func() {
+	old := debug.SetPanicOnFault(true)
+	return func() { debug.SetPanicOnFault(old) }
 }
 
 func errArg(format string, args ...any) error {

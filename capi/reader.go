@@ -219,6 +219,7 @@ func glydgo_reader_raw(r *C.glyd_reader, i C.size_t, data *unsafe.Pointer, n *C.
 //export glydgo_reader_unpack
 func glydgo_reader_unpack(r *C.glyd_reader, i C.size_t, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
 	defer guard(&rc)
+	defer mappedReads()()
 	o, err := readerOf(r)
 	if err != nil {
 		return fail(err)
@@ -251,6 +252,7 @@ func glydgo_reader_unpack(r *C.glyd_reader, i C.size_t, dst unsafe.Pointer, dstB
 //export glydgo_reader_verify
 func glydgo_reader_verify(r *C.glyd_reader, i C.size_t) (rc C.int) {
 	defer guard(&rc)
+	defer mappedReads()()
 	o, err := readerOf(r)
 	if err != nil {
 		return fail(err)

@@ -125,3 +125,18 @@ def test_writer_refuses_bad_input(tmp_path):
             w.add_packed("b", "not packed")
     with pytest.raises(glyd.InvalidArgumentError):
         glyd.Writer(tmp_path / "x", max_shard_size="lots")
+
+
+def test_shard_truncated_while_open_is_an_error_not_a_crash(tmp_path):
+    # The shards are memory-mapped: reading pages past a truncation faults
+    # (SIGBUS); the library reports it instead of killing the interpreter.
+    with glyd.Writer(tmp_path / "ck") as w:
+        w.add_raw("big", torch.arange(1 << 20, dtype=torch.float32))
+        w.add_packed("w", glyd.pack((torch.randn(1024, 1024) * 0.02).to(torch.bfloat16)))
+    with glyd.Reader(tmp_path / "ck") as r:
+        os.truncate(tmp_path / "ck" / "model.safetensors", 4096)
+        for name in ("big", "w"):
+            with pytest.raises(glyd.GlydIOError, match="truncated"):
+                r.unpack(name)
+            with pytest.raises(glyd.GlydIOError):
+                r.verify(name)
