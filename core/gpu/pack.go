@@ -298,20 +298,26 @@ func checkWorkspace(g packGeom, ws uintptr, wsBytes uint64) error {
 	return nil
 }
 
+// packArgs checks the arguments shared by PackBound and Pack.
+func packArgs(dt codec.DType, layout codec.Layout, shape []int64, groups int, src, ws uintptr, wsBytes uint64) (packGeom, error) {
+	g, err := packGeometry(dt, layout, shape, groups)
+	if err != nil {
+		return g, err
+	}
+	if g.total > 0 && (src == 0 || src%2 != 0) {
+		return g, status.Errorf(status.InvalidArgument, "gpu pack: source must be 2-byte aligned and not nil")
+	}
+	return g, checkWorkspace(g, ws, wsBytes)
+}
+
 // PackBound runs the counting passes of Pack on the GPU and returns the
 // groups, the checksum and the exact byte size of every plane; it
 // synchronizes stream. src is the tensor's bf16 elements in device memory
 // (row-major, contiguous, 2-byte aligned); ws a workspace of
 // PackWorkspaceBytes bytes.
 func PackBound(dev int, stream uintptr, src uintptr, dt codec.DType, layout codec.Layout, shape []int64, groups int, ws uintptr, wsBytes uint64) (PackResult, error) {
-	g, err := packGeometry(dt, layout, shape, groups)
+	g, err := packArgs(dt, layout, shape, groups, src, ws, wsBytes)
 	if err != nil {
-		return PackResult{}, err
-	}
-	if g.total > 0 && (src == 0 || src%2 != 0) {
-		return PackResult{}, status.Errorf(status.InvalidArgument, "gpu pack: source must be 2-byte aligned and not nil")
-	}
-	if err := checkWorkspace(g, ws, wsBytes); err != nil {
 		return PackResult{}, err
 	}
 	res, _, err := packPlan(dev, stream, src, g, ws)
@@ -325,14 +331,8 @@ func PackBound(dev int, stream uintptr, src uintptr, dt codec.DType, layout code
 // counting passes; the last kernel (the encoder) is queued on stream when it
 // returns. bf16 only; fixed12 and smallest.
 func Pack(dev int, stream uintptr, src uintptr, dt codec.DType, layout codec.Layout, shape []int64, groups int, ws uintptr, wsBytes uint64, planes [codec.NumPlanes]uintptr, caps [codec.NumPlanes]uint64) (PackResult, error) {
-	g, err := packGeometry(dt, layout, shape, groups)
+	g, err := packArgs(dt, layout, shape, groups, src, ws, wsBytes)
 	if err != nil {
-		return PackResult{}, err
-	}
-	if g.total > 0 && (src == 0 || src%2 != 0) {
-		return PackResult{}, status.Errorf(status.InvalidArgument, "gpu pack: source must be 2-byte aligned and not nil")
-	}
-	if err := checkWorkspace(g, ws, wsBytes); err != nil {
 		return PackResult{}, err
 	}
 	res, off, err := packPlan(dev, stream, src, g, ws)
