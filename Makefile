@@ -20,7 +20,7 @@ GO_SOURCES := $(shell find core capi -name '*.go' -not -name '*_test.go' 2>/dev/
               $(wildcard capi/*.c capi/*.h) include/glyd.h go.mod go.sum \
               $(wildcard core/gpu/*.fatbin core/gpu/*.c core/gpu/*.h)
 
-.PHONY: all help lib kernels venv test test-go test-fuzz test-python test-examples fuzz examples run bench wheel clean
+.PHONY: all help lib kernels venv test test-go test-emu test-fuzz test-python test-examples fuzz examples run bench wheel clean
 
 all: lib ## build libglyd.so
 
@@ -53,13 +53,16 @@ $(VENV)/.installed: python/requirements-dev.txt
 	$(VPY) -m pip install -q -r python/requirements-dev.txt
 	touch $@
 
-test: test-go test-fuzz test-examples test-python ## everything CI runs
+test: test-go test-emu test-fuzz test-examples test-python ## everything CI runs
 
 test-go: ## gofmt, go vet, go test -race, the committed fatbin matches its sources
 	bash kernels/build.sh --check
 	@out=$$(gofmt -l core capi examples 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt would change: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+test-emu: ## kernels/pack.cu run on the CPU through a fake libcuda, against codec.Pack
+	bash kernels/emu/run.sh
 
 test-fuzz: ## every fuzz target for a fixed count ($(FUZZTIME))
 	@for pkg in $$($(GO) list ./core/...); do \
