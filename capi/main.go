@@ -18,7 +18,6 @@ package main
 import "C"
 
 import (
-	"fmt"
 	"runtime/debug"
 	"unsafe"
 
@@ -127,5 +126,3 @@ func goString(s *C.char, what string) (string, error) {
 	}
 	return C.GoString(s), nil
 }
-
-func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

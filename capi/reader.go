@@ -24,14 +24,13 @@ type readerObj struct {
 	index map[string]int
 }
 
-func readerOf(r *C.glyd_reader) (*readerObj, error) {
+// readerCall runs fn on the reader behind r and records a failure on the
+// handle (glyd_reader_errmsg) and the thread (glyd_last_error).
+func readerCall(r *C.glyd_reader, fn func(o *readerObj) error) C.int {
 	if r == nil {
-		return nil, errArg("reader handle is NULL")
+		return fail(errArg("reader handle is NULL"))
 	}
-	return cgo.Handle(r.id).Value().(*readerObj), nil
-}
-
-func readerResult(r *C.glyd_reader, err error) C.int {
+	err := fn(cgo.Handle(r.id).Value().(*readerObj))
 	if err == nil {
 		return C.GLYD_OK
 	}
@@ -85,56 +84,61 @@ func glydgo_reader_open(dir *C.char, maxFormat C.int, out **C.glyd_reader) (rc C
 //export glydgo_reader_name
 func glydgo_reader_name(r *C.glyd_reader, i C.size_t, name **C.char) (rc C.int) {
 	defer guard(&rc)
-	o, err := readerOf(r)
-	if err != nil {
-		return fail(err)
-	}
-	if name == nil {
-		return readerResult(r, errArg("name is NULL"))
-	}
-	if _, err := o.tensor(i); err != nil {
-		return readerResult(r, err)
-	}
-	*name = unsafe.Slice(r.names, r.count)[i]
-	return C.GLYD_OK
+	return readerCall(r, func(o *readerObj) error {
+		if name == nil {
+			return errArg("name is NULL")
+		}
+		if _, err := o.tensor(i); err != nil {
+			return err
+		}
+		*name = unsafe.Slice(r.names, r.count)[i]
+		return nil
+	})
 }
 
 //export glydgo_reader_find
 func glydgo_reader_find(r *C.glyd_reader, name *C.char, i *C.size_t) (rc C.int) {
 	defer guard(&rc)
-	o, err := readerOf(r)
-	if err != nil {
-		return fail(err)
-	}
-	n, err := goString(name, "name")
-	if err != nil || i == nil {
-		return readerResult(r, errArg("name and i must not be NULL"))
-	}
-	idx, ok := o.index[n]
-	if !ok {
-		return readerResult(r, status.Errorf(status.NotFound, "%s: no tensor named %q", o.r.Dir(), n))
-	}
-	*i = C.size_t(idx)
-	return C.GLYD_OK
+	return readerCall(r, func(o *readerObj) error {
+		n, err := goString(name, "name")
+		if err != nil {
+			return err
+		}
+		if i == nil {
+			return errArg("i is NULL")
+		}
+		idx, ok := o.index[n]
+		if !ok {
+			return status.Errorf(status.NotFound, "%s: no tensor named %q", o.r.Dir(), n)
+		}
+		*i = C.size_t(idx)
+		return nil
+	})
 }
 
 //export glydgo_reader_describe
 func glydgo_reader_describe(r *C.glyd_reader, i C.size_t, info *C.glyd_tensor_info) (rc C.int) {
 	defer guard(&rc)
-	o, err := readerOf(r)
-	if err != nil {
-		return fail(err)
-	}
-	ti, err := o.tensor(i)
-	if err != nil || info == nil {
-		return readerResult(r, errArg("bad tensor index or NULL info"))
-	}
-	if ti.Layout == codec.Raw {
+	return readerCall(r, func(o *readerObj) error {
+		if info == nil {
+			return errArg("info is NULL")
+		}
+		ti, err := o.tensor(i)
+		if err != nil {
+			return err
+		}
+		if ti.Layout != codec.Raw {
+			t, err := o.r.Packed(ti.Name)
+			if err != nil {
+				return err
+			}
+			describePacked(t, info)
+			return nil
+		}
 		*info = C.glyd_tensor_info{}
 		setShape(info, ti.Shape)
-		dt := ti.RawDType
-		for j := 0; j < len(dt) && j < 7; j++ {
-			info.raw_dtype[j] = C.char(dt[j])
+		for j := 0; j < len(ti.RawDType) && j < 7; j++ {
+			info.raw_dtype[j] = C.char(ti.RawDType[j])
 		}
 		info.elements = C.uint64_t(ti.Elements)
 		info.original_bytes = C.uint64_t(ti.OriginalBytes)
@@ -144,28 +148,8 @@ func glydgo_reader_describe(r *C.glyd_reader, i C.size_t, info *C.glyd_tensor_in
 		if ti.Elements > 0 {
 			info.bits_per_weight = C.double(8 * float64(ti.OriginalBytes) / float64(ti.Elements))
 		}
-		return C.GLYD_OK
-	}
-	t, err := o.r.Packed(ti.Name)
-	if err != nil {
-		return readerResult(r, err)
-	}
-	describePacked(t, info)
-	return C.GLYD_OK
-}
-
-//export glydgo_reader_group
-func glydgo_reader_group(r *C.glyd_reader, i C.size_t, g C.uint64_t, out *C.glyd_group) (rc C.int) {
-	defer guard(&rc)
-	o, err := readerOf(r)
-	if err != nil {
-		return fail(err)
-	}
-	t, err := o.packed(i)
-	if err != nil {
-		return readerResult(r, err)
-	}
-	return readerResult(r, groupOut(t, uint64(g), out))
+		return nil
+	})
 }
 
 func (o *readerObj) packed(i C.size_t) (*codec.Tensor, error) {
@@ -179,89 +163,95 @@ func (o *readerObj) packed(i C.size_t) (*codec.Tensor, error) {
 	return o.r.Packed(ti.Name)
 }
 
+//export glydgo_reader_group
+func glydgo_reader_group(r *C.glyd_reader, i C.size_t, g C.uint64_t, out *C.glyd_group) (rc C.int) {
+	defer guard(&rc)
+	return readerCall(r, func(o *readerObj) error {
+		t, err := o.packed(i)
+		if err != nil {
+			return err
+		}
+		return groupOut(t, uint64(g), out)
+	})
+}
+
 //export glydgo_reader_plane
 func glydgo_reader_plane(r *C.glyd_reader, i C.size_t, plane C.int, data **C.uint8_t, n *C.size_t) (rc C.int) {
 	defer guard(&rc)
-	o, err := readerOf(r)
-	if err != nil {
-		return fail(err)
-	}
-	t, err := o.packed(i)
-	if err != nil {
-		return readerResult(r, err)
-	}
-	return readerResult(r, planeOut(t, plane, data, n))
+	return readerCall(r, func(o *readerObj) error {
+		t, err := o.packed(i)
+		if err != nil {
+			return err
+		}
+		return planeOut(t, plane, data, n)
+	})
 }
 
 //export glydgo_reader_raw
 func glydgo_reader_raw(r *C.glyd_reader, i C.size_t, data *unsafe.Pointer, n *C.size_t) (rc C.int) {
 	defer guard(&rc)
-	o, err := readerOf(r)
-	if err != nil {
-		return fail(err)
-	}
-	ti, err := o.tensor(i)
-	if err != nil || data == nil || n == nil {
-		return readerResult(r, errArg("bad tensor index or NULL output"))
-	}
-	_, b, err := o.r.Raw(ti.Name)
-	if err != nil {
-		return readerResult(r, err)
-	}
-	*n = C.size_t(len(b))
-	*data = nil
-	if len(b) > 0 {
-		*data = unsafe.Pointer(&b[0])
-	}
-	return C.GLYD_OK
+	return readerCall(r, func(o *readerObj) error {
+		if data == nil || n == nil {
+			return errArg("data and len must not be NULL")
+		}
+		ti, err := o.tensor(i)
+		if err != nil {
+			return err
+		}
+		_, b, err := o.r.Raw(ti.Name)
+		if err != nil {
+			return err
+		}
+		*n = C.size_t(len(b))
+		*data = nil
+		if len(b) > 0 {
+			*data = unsafe.Pointer(&b[0])
+		}
+		return nil
+	})
 }
 
 //export glydgo_reader_unpack
 func glydgo_reader_unpack(r *C.glyd_reader, i C.size_t, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
 	defer guard(&rc)
 	defer mappedReads()()
-	o, err := readerOf(r)
-	if err != nil {
-		return fail(err)
-	}
-	ti, err := o.tensor(i)
-	if err != nil {
-		return readerResult(r, err)
-	}
-	if uint64(dstBytes) < ti.OriginalBytes {
-		return readerResult(r, status.Errorf(status.BufferTooSmall, "buffer too small: dst_bytes is %d, tensor %q needs %d", dstBytes, ti.Name, ti.OriginalBytes))
-	}
-	if ti.OriginalBytes > 0 && dst == nil {
-		return readerResult(r, errArg("dst is NULL"))
-	}
-	if ti.Layout == codec.Raw {
-		_, b, err := o.r.Raw(ti.Name)
+	return readerCall(r, func(o *readerObj) error {
+		ti, err := o.tensor(i)
 		if err != nil {
-			return readerResult(r, err)
+			return err
 		}
-		copy(bytesAt(dst, uint64(len(b))), b)
-		return C.GLYD_OK
-	}
-	out, err := dstElems(dst, dstBytes, ti.Elements)
-	if err != nil {
-		return readerResult(r, err)
-	}
-	return readerResult(r, o.r.Unpack(ti.Name, out))
+		if uint64(dstBytes) < ti.OriginalBytes {
+			return status.Errorf(status.BufferTooSmall, "buffer too small: dst_bytes is %d, tensor %q needs %d", dstBytes, ti.Name, ti.OriginalBytes)
+		}
+		if ti.OriginalBytes > 0 && dst == nil {
+			return errArg("dst is NULL")
+		}
+		if ti.Layout == codec.Raw {
+			_, b, err := o.r.Raw(ti.Name)
+			if err == nil {
+				copy(bytesAt(dst, uint64(len(b))), b)
+			}
+			return err
+		}
+		out, err := dstElems(dst, dstBytes, ti.Elements)
+		if err != nil {
+			return err
+		}
+		return o.r.Unpack(ti.Name, out)
+	})
 }
 
 //export glydgo_reader_verify
 func glydgo_reader_verify(r *C.glyd_reader, i C.size_t) (rc C.int) {
 	defer guard(&rc)
 	defer mappedReads()()
-	o, err := readerOf(r)
-	if err != nil {
-		return fail(err)
-	}
-	ti, err := o.tensor(i)
-	if err != nil {
-		return readerResult(r, err)
-	}
-	return readerResult(r, o.r.Verify(ti.Name))
+	return readerCall(r, func(o *readerObj) error {
+		ti, err := o.tensor(i)
+		if err != nil {
+			return err
+		}
+		return o.r.Verify(ti.Name)
+	})
 }
 
 //export glydgo_reader_close

@@ -14,15 +14,13 @@ import (
 	"github.com/glyd/glyd/core/format"
 )
 
-func writerOf(w *C.glyd_writer) (*format.Writer, error) {
+// writerCall runs fn on the writer behind w and records a failure on the
+// handle (glyd_writer_errmsg) and the thread (glyd_last_error).
+func writerCall(w *C.glyd_writer, fn func(wr *format.Writer) error) C.int {
 	if w == nil {
-		return nil, errArg("writer handle is NULL")
+		return fail(errArg("writer handle is NULL"))
 	}
-	return cgo.Handle(w.id).Value().(*format.Writer), nil
-}
-
-// writerResult records err on the handle and the thread, and returns its status.
-func writerResult(w *C.glyd_writer, err error) C.int {
+	err := fn(cgo.Handle(w.id).Value().(*format.Writer))
 	if err == nil {
 		return C.GLYD_OK
 	}
@@ -63,64 +61,52 @@ func glydgo_writer_open(dir *C.char, maxShardSize C.uint64_t, flags C.uint32_t, 
 //export glydgo_writer_add_packed
 func glydgo_writer_add_packed(w *C.glyd_writer, name *C.char, p *C.glyd_packed) (rc C.int) {
 	defer guard(&rc)
-	wr, err := writerOf(w)
-	if err != nil {
-		return fail(err)
-	}
-	n, err := goString(name, "name")
-	if err != nil {
-		return writerResult(w, err)
-	}
-	o, err := packedOf(p)
-	if err != nil {
-		return writerResult(w, err)
-	}
-	return writerResult(w, wr.AddPacked(n, o.t))
+	return writerCall(w, func(wr *format.Writer) error {
+		n, err := goString(name, "name")
+		if err != nil {
+			return err
+		}
+		o, err := packedOf(p)
+		if err != nil {
+			return err
+		}
+		return wr.AddPacked(n, o.t)
+	})
 }
 
 //export glydgo_writer_add_raw
 func glydgo_writer_add_raw(w *C.glyd_writer, name *C.char, dtype *C.char, shape *C.int64_t, ndim C.size_t, data unsafe.Pointer, nbytes C.size_t) (rc C.int) {
 	defer guard(&rc)
-	wr, err := writerOf(w)
-	if err != nil {
-		return fail(err)
-	}
-	n, err := goString(name, "name")
-	if err != nil {
-		return writerResult(w, err)
-	}
-	dt, err := goString(dtype, "dtype")
-	if err != nil {
-		return writerResult(w, err)
-	}
-	dims, err := goShape(shape, ndim)
-	if err != nil {
-		return writerResult(w, err)
-	}
-	if data == nil && nbytes > 0 {
-		return writerResult(w, errArg("data is NULL for tensor %q", n))
-	}
-	return writerResult(w, wr.AddRaw(n, dt, dims, bytesAt(data, uint64(nbytes))))
+	return writerCall(w, func(wr *format.Writer) error {
+		n, err := goString(name, "name")
+		if err != nil {
+			return err
+		}
+		dt, err := goString(dtype, "dtype")
+		if err != nil {
+			return err
+		}
+		dims, err := goShape(shape, ndim)
+		if err != nil {
+			return err
+		}
+		if data == nil && nbytes > 0 {
+			return errArg("data is NULL for tensor %q", n)
+		}
+		return wr.AddRaw(n, dt, dims, bytesAt(data, uint64(nbytes)))
+	})
 }
 
 //export glydgo_writer_commit
 func glydgo_writer_commit(w *C.glyd_writer) (rc C.int) {
 	defer guard(&rc)
-	wr, err := writerOf(w)
-	if err != nil {
-		return fail(err)
-	}
-	return writerResult(w, wr.Commit())
+	return writerCall(w, (*format.Writer).Commit)
 }
 
 //export glydgo_writer_abort
 func glydgo_writer_abort(w *C.glyd_writer) (rc C.int) {
 	defer guard(&rc)
-	wr, err := writerOf(w)
-	if err != nil {
-		return fail(err)
-	}
-	return writerResult(w, wr.Abort())
+	return writerCall(w, (*format.Writer).Abort)
 }
 
 //export glydgo_writer_destroy
