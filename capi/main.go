@@ -71,12 +71,11 @@ func result(err error) C.int {
 // reach the host process. Use as `defer guard(&rc)` with a named result.
 func guard(rc *C.int) {
 	if r := recover(); r != nil {
-		// With mappedReads, a fault past the first page is a mapped file gone bad.
-		if fe, ok := r.(interface{ Addr() uintptr }); ok && fe.Addr() >= 4096 {
-			*rc = fail(status.Errorf(status.IO, "a checkpoint file became unreadable (truncated while open?): %v", r))
-			return
+		err := status.Recovered(r, "libglyd")
+		if status.CodeOf(err) == status.Internal {
+			err = status.Errorf(status.Internal, "%v\n%s", err, debug.Stack())
 		}
-		*rc = fail(status.Errorf(status.Internal, "internal error (please report): panic: %v\n%s", r, debug.Stack()))
+		*rc = fail(err)
 	}
 }
 

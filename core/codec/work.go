@@ -1,7 +1,6 @@
 package codec
 
 import (
-	"fmt"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -97,12 +96,7 @@ func safeCall(fn func(w, i int) error, w, i int) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			// A fault past the first page is a mapping gone bad, not a nil pointer.
-			if fe, ok := r.(interface{ Addr() uintptr }); ok && fe.Addr() >= 4096 {
-				err = status.Errorf(status.IO, "packed data became unreadable while decoding (a memory-mapped file truncated while open?): %v", r)
-				return
-			}
-			err = status.Errorf(status.Internal, "internal error in codec: %v", fmt.Sprint(r))
+			err = status.Recovered(r, "codec")
 		}
 	}()
 	return fn(w, i)

@@ -95,6 +95,17 @@ func Wrap(err error, format string, args ...any) error {
 	return &Error{Code: CodeOf(err), Msg: prefix + ": " + err.Error()}
 }
 
+// Recovered turns a recovered panic value into an error. A memory fault past
+// the first page (reported as a panic under debug.SetPanicOnFault) is a
+// memory-mapped file that became unreadable, e.g. truncated while open: IO.
+// Anything else is a bug in Glyd: Internal, with where it happened.
+func Recovered(r any, where string) error {
+	if fe, ok := r.(interface{ Addr() uintptr }); ok && fe.Addr() >= 4096 {
+		return Errorf(IO, "a memory-mapped file became unreadable (truncated while open?): %v", r)
+	}
+	return Errorf(Internal, "internal error in %s (please report): panic: %v", where, r)
+}
+
 // CodeOf returns the status code carried by err: OK for nil, NotFound or IO
 // for errors from the file system, Internal for anything else.
 func CodeOf(err error) Code {
