@@ -61,7 +61,7 @@ test-go: ## gofmt, go vet, go test -race, the committed fatbin matches its sourc
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
-test-emu: ## kernels/pack.cu run on the CPU through a fake libcuda, against codec.Pack
+test-emu: ## kernels/pack.cu and decode.cu's fixed12 kernels run on the CPU through a fake libcuda, against the codec
 	bash kernels/emu/run.sh
 
 test-fuzz: ## every fuzz target for a fixed count ($(FUZZTIME))

@@ -13,6 +13,10 @@ int glyd_gpu_decode(int device, void *stream, const glyd_gpu_tensor *t, int64_t 
                     size_t dst_bytes) {
     return glydgo_gpu_decode(device, stream, (glyd_gpu_tensor *)t, group, dst, dst_bytes);
 }
+int glyd_gpu_decode_rows(int device, void *stream, const glyd_gpu_tensor *t, int64_t row0,
+                         int64_t rows, void *dst, size_t dst_bytes) {
+    return glydgo_gpu_decode_rows(device, stream, (glyd_gpu_tensor *)t, row0, rows, dst, dst_bytes);
+}
 int glyd_gpu_escape_index_bytes(const glyd_gpu_tensor *t, size_t *bytes) {
     return glydgo_gpu_escape_index_bytes((glyd_gpu_tensor *)t, bytes);
 }
@@ -50,4 +54,22 @@ int glyd_gpu_pack(int device, void *stream, const void *src, int dtype, int layo
     return glydgo_gpu_pack(device, stream, (void *)src, dtype, layout, (int64_t *)shape, ndim, groups,
                            workspace, workspace_bytes, (void **)planes, (uint64_t *)plane_bytes,
                            groups_out, checksum);
+}
+int glyd_gpu_experts_table_bytes(const glyd_gpu_tensor *w, size_t *bytes) {
+    return glydgo_gpu_experts_table_bytes((glyd_gpu_tensor *)w, bytes);
+}
+int glyd_gpu_build_experts_table(int device, void *stream, const glyd_gpu_tensor *w, void *dst,
+                                 size_t dst_bytes) {
+    return glydgo_gpu_build_experts_table(device, stream, (glyd_gpu_tensor *)w, dst, dst_bytes);
+}
+int glyd_gpu_decode_experts(int device, void *stream, const glyd_gpu_tensor *w, const void *table,
+                            void *dst, size_t dst_bytes) {
+    return glydgo_gpu_decode_experts(device, stream, (glyd_gpu_tensor *)w, (void *)table, dst,
+                                     dst_bytes);
+}
+int glyd_gpu_linear_experts(int device, void *stream, const void *x, int64_t rows,
+                            const glyd_gpu_tensor *w, const void *table, const void *offsets,
+                            const void *bias, void *y) {
+    return glydgo_gpu_linear_experts(device, stream, (void *)x, rows, (glyd_gpu_tensor *)w,
+                                     (void *)table, (void *)offsets, (void *)bias, y);
 }

@@ -11,6 +11,7 @@ package main
 import "C"
 
 import (
+	"math/bits"
 	"sync"
 	"unsafe"
 
@@ -122,6 +123,25 @@ func glydgo_gpu_decode(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_tensor
 		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_decode: dst_bytes %d < %d", dstBytes, need))
 	}
 	return result(gpu.Decode(int(device), uintptr(stream), d, int(group), uintptr(dst)))
+}
+
+//export glydgo_gpu_decode_rows
+func glydgo_gpu_decode_rows(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_tensor, row0, rows C.int64_t, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
+	defer guard(&rc)
+	d, err := gpuTensor(t)
+	if err != nil {
+		return fail(err)
+	}
+	if rows < 0 || rows > 1<<40 {
+		return fail(errArg("rows %d out of range", rows))
+	}
+	if sh := d.Shape; len(sh) >= 2 && sh[len(sh)-1] > 0 {
+		hi, need := bits.Mul64(2*uint64(rows), uint64(sh[len(sh)-1]))
+		if hi != 0 || uint64(dstBytes) < need {
+			return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_decode_rows: dst_bytes %d < 2 * %d rows * %d", dstBytes, rows, sh[len(sh)-1]))
+		}
+	}
+	return result(gpu.DecodeRows(int(device), uintptr(stream), d, int64(row0), int64(rows), uintptr(dst)))
 }
 
 //export glydgo_gpu_escape_index_bytes

@@ -332,6 +332,20 @@ int glyd_gpu_device_info(int device, glyd_gpu_info *info);
 int glyd_gpu_decode(int device, void *stream, const glyd_gpu_tensor *t, int64_t group,
                     void *dst, size_t dst_bytes);
 
+/* Decodes rows [row0, row0 + rows) of t, seen as the matrix [product of all
+ * but the last dimension, K], to bf16 at dst (device, row-major [rows, K];
+ * dst_bytes >= 2 * rows * K, else BUFFER_TOO_SMALL). Bit-exact, like
+ * glyd_gpu_decode. It lets a runtime multiply a prompt with its own GEMM
+ * (cuBLAS) a tile of weight rows at a time, the tile small enough to stay in
+ * L2, instead of decoding whole layers to memory.
+ *   t: fixed12, one group, >= 2 dimensions, with its escape index
+ *      (t->esc_rows) when it has escapes (INVALID_ARGUMENT otherwise);
+ *      smallest or several groups: UNSUPPORTED (use glyd_gpu_decode).
+ *   row0 + rows <= the matrix rows (INVALID_ARGUMENT otherwise); rows may be 0.
+ * Enqueues one decode kernel, plus one for the escapes when t has any. */
+int glyd_gpu_decode_rows(int device, void *stream, const glyd_gpu_tensor *t, int64_t row0,
+                         int64_t rows, void *dst, size_t dst_bytes);
+
 /* Size in bytes of t's escape row index (0 when t has no escapes). t must be a
  * single-group tensor of >= 2 dimensions (the index has one entry per row of
  * the matrix [product of all but the last dimension, last dimension], + 1). */
@@ -404,6 +418,49 @@ int glyd_gpu_pack(int device, void *stream, const void *src, int dtype, int layo
                   size_t workspace_bytes, void *const planes[GLYD_NUM_PLANES],
                   const uint64_t plane_bytes[GLYD_NUM_PLANES], glyd_group *groups_out,
                   uint32_t *checksum);
+
+/* Mixtures of experts. An experts tensor is a packed [E, N, K] (or [E*N, K])
+ * tensor with one group per expert (glyd_pack with groups = E), fixed12.
+ * Its experts table, built once where the planes are placed, holds every
+ * expert's plane addresses and escape index in device memory, so the grouped
+ * calls below read the routing on the device: one launch for all experts,
+ * no host synchronization (CUDA graph capture works).
+ *
+ * glyd_gpu_experts_table_bytes: size of w's table (depends on w only).
+ * glyd_gpu_build_experts_table: writes it at dst (device, 16-byte aligned,
+ *   dst_bytes >= that size): launches the escape index kernels of every
+ *   expert and copies the table entries from the host (so: not during a
+ *   graph capture). The table stays valid while w's planes stay in place. */
+int glyd_gpu_experts_table_bytes(const glyd_gpu_tensor *w, size_t *bytes);
+int glyd_gpu_build_experts_table(int device, void *stream, const glyd_gpu_tensor *w, void *dst,
+                                 size_t dst_bytes);
+
+/* All groups of an experts tensor decoded to bf16 at dst (device, 16-byte
+ * aligned, dst_bytes >= 2 * elements): the same bits as glyd_gpu_decode(w,
+ * group = -1), in two launches whatever E is (every expert has the same
+ * size). table: w's experts table. */
+int glyd_gpu_decode_experts(int device, void *stream, const glyd_gpu_tensor *w, const void *table,
+                            void *dst, size_t dst_bytes);
+
+/* Grouped fused linear: for every expert e, y[r] = x[r] · W[e]ᵀ (+ bias[e])
+ * for the rows r of x routed to e, decoding W[e] inside the kernel.
+ *   x:       device, bf16 [rows, K], contiguous, 16-byte aligned, rows sorted
+ *            by expert.
+ *   offsets: device, int32 [E]: offsets[e] = end row of expert e (rows of
+ *            expert e are [offsets[e-1], offsets[e]), offsets[-1] = 0; the
+ *            convention of torch's grouped_mm). Rows from offsets[E-1] on are
+ *            not written (e.g. pairs routed nowhere).
+ *   bias:    device, bf16 [E, N], or NULL.
+ *   y:       device, bf16 [rows, N], contiguous.
+ * One block per (16 weight rows, expert with rows), min(E, rows) experts
+ * wide; each block finds its expert from offsets and walks its rows 8 at a
+ * time, so the weights of an expert are read from memory once.
+ * Math and determinism as glyd_gpu_linear. The kernel clamps offsets to
+ * [0, rows]: offsets out of order give wrong rows, never a memory fault
+ * (the Python layer validates routing under GLYD_VALIDATE=1). */
+int glyd_gpu_linear_experts(int device, void *stream, const void *x, int64_t rows,
+                            const glyd_gpu_tensor *w, const void *table, const void *offsets,
+                            const void *bias, void *y);
 
 /* ---- GPU: end ---- */
 

@@ -42,6 +42,13 @@ __device__ __forceinline__ void st_stream16(void *p, uint4 v) {
 	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
 	             : "memory");
 }
+// Plain (write-back) 16-byte store: a row-range decode keeps its tile in L2
+// for the GEMM that reads it right after (st_stream16 would mark it
+// evict-first).
+__device__ __forceinline__ void st_keep16(void *p, uint4 v) {
+	asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+	             : "memory");
+}
 // prmt in its default mode: a selector nibble with bit 3 set replicates the
 // sign (msb) of the chosen byte into the whole byte. __byte_perm() does not
 // expose that mode; it puts each weight's sign in bit 15 with no shift.

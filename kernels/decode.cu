@@ -15,9 +15,17 @@
  *                         sectors per warp instruction); all 24 loads issued first
  *                         (144 bytes per thread, 3 blocks per SM: ~110 KB in flight).
  *                         Grid-stride; grid = SMs x 8, 256 threads.
- *                         Preconditions: sm 8-, code 4-, dst 16-byte aligned.
+ *                         Preconditions: sm 8-, code 4-, dst 16-byte aligned
+ *                         (sm and code at element f, below).
  *                         Elements past the last multiple of 8: the tail loop.
  *   glyd_decode_f12_scalar fixed12, one element per thread (any alignment).
+ *   Both fixed12 kernels decode elements [f, f + n) of the group, f = row0*K
+ *                         (0 for a whole group: the host zeroes row0 and K), to
+ *                         dst[0, n). Row-range decode (p.K > 0, DecodeRows: a
+ *                         tile of weight rows that a GEMM reads right after)
+ *                         stores with the default write-back policy so the tile
+ *                         stays in L2; a whole-group decode streams (evict-first).
+ *                         The vec kernel needs f % 8 == 0 (host checks).
  *   glyd_decode_small     smallest, one 256-thread block per 4096-element chunk,
  *                         16 consecutive elements per thread; level-2/3 entries
  *                         are found by block-wide prefix counts (no stored prefix).
@@ -27,6 +35,16 @@
  *                         on the same stream: the decode kernels write some
  *                         value for escaped elements (code 15), this kernel
  *                         replaces it with the exact one.
+ *   glyd_escape_scatter_rows  fixed12 row-range decode (DecodeRows; after the
+ *                         decode kernel of rows [row0, row0 + N)): the exact bf16 of every
+ *                         escape of those rows, from the escape index of the
+ *                         fused kernels (escrows = uint32 [rows+1] ranges into
+ *                         the 8-byte records at escrecs {uint32 k, bf16 bits});
+ *                         dst row r - row0, column k. One warp per row (rows of
+ *                         all-zero weights can have K escapes), its lanes
+ *                         striding the row's records; grid-stride over rows,
+ *                         256 threads. Records with k >= K are skipped (no
+ *                         write outside the row).
  *
  * Decode of one bf16 from sign+mantissa byte b and exponent e:
  *   bits = (b & 0x80) << 8 | e << 7 | (b & 0x7f).
@@ -65,12 +83,15 @@ __device__ __forceinline__ uint4 decode8(const uint32_t sa, const uint32_t sb, c
 // 128 B of codes, 512 B of bf16).
 constexpr int VEC = 12;
 
-extern "C" __global__ void __launch_bounds__(256, 3) glyd_decode_f12_vec(const glyd_kparams p) {
-	const uint8_t *sm = (const uint8_t *)p.sm;
-	const uint8_t *code = (const uint8_t *)p.code;
-	uint16_t *dst = (uint16_t *)p.dst;
-	const uint64_t nu = p.n / 8;
-	const uint32_t B4 = p.base * 0x01010101u;
+// The loop of glyd_decode_f12_vec over n elements, grid-stride along x (the
+// experts kernel of moe.cu runs it once per expert along y). KEEP: plain
+// stores that leave the output in L2 (a row-range tile a GEMM reads next);
+// otherwise streaming stores (evict-first).
+template <bool KEEP = false>
+__device__ __forceinline__ void decode_f12_span(const uint8_t *sm, const uint8_t *code, uint16_t *dst,
+                                                const uint64_t n, const uint32_t base) {
+	const uint64_t nu = n / 8;
+	const uint32_t B4 = base * 0x01010101u;
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u0 < nu; u0 += stride * VEC) {
 		uint2 s[VEC];
@@ -86,26 +107,43 @@ extern "C" __global__ void __launch_bounds__(256, 3) glyd_decode_f12_vec(const g
 #pragma unroll
 		for (int j = 0; j < VEC; j++) {
 			const uint64_t u = u0 + j * stride;
-			if (u < nu) st_stream16(dst + u * 8, decode8(s[j].x, s[j].y, c[j], B4));
+			if (u < nu) {
+				const uint4 v = decode8(s[j].x, s[j].y, c[j], B4);
+				if (KEEP) st_keep16(dst + u * 8, v); else st_stream16(dst + u * 8, v);
+			}
 		}
 	}
 	// Tail: the last n % 8 elements, one per thread of the first block.
 	if (blockIdx.x == 0) {
-		for (uint64_t i = nu * 8 + threadIdx.x; i < p.n; i += blockDim.x) {
+		for (uint64_t i = nu * 8 + threadIdx.x; i < n; i += blockDim.x) {
 			const uint32_t c = (code[i >> 1] >> ((i & 1) * 4)) & 15u;
-			dst[i] = bf16_bits(sm[i], (p.base + c) & 0xffu);
+			dst[i] = bf16_bits(sm[i], (base + c) & 0xffu);
 		}
 	}
 }
 
+// Elements [f, f + n) of the group, f = row0*K (0 for a whole group; the host
+// gives f % 8 == 0 here).
+extern "C" __global__ void __launch_bounds__(256, 3) glyd_decode_f12_vec(const glyd_kparams p) {
+	const uint64_t first = (uint64_t)p.row0 * (uint64_t)p.K;
+	const uint8_t *sm = (const uint8_t *)p.sm + first;
+	const uint8_t *code = (const uint8_t *)p.code + first / 2;
+	if (p.K > 0)
+		decode_f12_span<true>(sm, code, (uint16_t *)p.dst, p.n, p.base);
+	else
+		decode_f12_span<false>(sm, code, (uint16_t *)p.dst, p.n, p.base);
+}
+
 extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_scalar(const glyd_kparams p) {
+	const uint64_t first = (uint64_t)p.row0 * (uint64_t)p.K; // any parity
 	const uint8_t *sm = (const uint8_t *)p.sm;
 	const uint8_t *code = (const uint8_t *)p.code;
 	uint16_t *dst = (uint16_t *)p.dst;
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
-		const uint32_t c = (code[i >> 1] >> ((i & 1) * 4)) & 15u;
-		dst[i] = bf16_bits(sm[i], (p.base + c) & 0xffu);
+		const uint64_t e = first + i;
+		const uint32_t c = (code[e >> 1] >> ((e & 1) * 4)) & 15u;
+		dst[i] = bf16_bits(sm[e], (p.base + c) & 0xffu);
 	}
 }
 
@@ -118,6 +156,25 @@ extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter(const glyd
 	for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < p.escapes; e += stride) {
 		const uint64_t i = escidx[e];
 		if (i < p.n) dst[i] = bf16_bits(sm[i], escexp[e]);
+	}
+}
+
+// Escapes of a row-range decode: p.N rows from p.row0, p.K columns, dst =
+// row row0. One warp per row; escrows[r] .. escrows[r+1] are row r's records.
+extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter_rows(const glyd_kparams p) {
+	const uint32_t *rows = (const uint32_t *)p.escrows;
+	const uint2 *rec = (const uint2 *)p.escrecs;
+	uint16_t *dst = (uint16_t *)p.dst;
+	const uint32_t lane = threadIdx.x & 31u;
+	const int64_t wpb = blockDim.x / 32;
+	const int64_t warps = (int64_t)gridDim.x * wpb;
+	for (int64_t r = (int64_t)blockIdx.x * wpb + threadIdx.x / 32; r < p.N; r += warps) {
+		const uint32_t e0 = rows[p.row0 + r], e1 = rows[p.row0 + r + 1];
+		uint16_t *d = dst + r * p.K;
+		for (uint32_t e = e0 + lane; e < e1; e += 32) {
+			const uint2 q = rec[e];
+			if ((int64_t)q.x < p.K) d[q.x] = (uint16_t)q.y;
+		}
 	}
 }
 

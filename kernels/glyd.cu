@@ -6,3 +6,4 @@
 #include "decode.cu"
 #include "linear.cu"
 #include "pack.cu"
+#include "moe.cu"

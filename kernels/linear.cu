@@ -120,11 +120,13 @@ struct WBatch {
 
 // Block epilogue shared by the kernels: reduce the WK warps' accumulators
 // (tree, fixed order), then write the [TB][ROWS+1] tile and either finish the
-// outputs (escapes, bias, bf16) or store split-K partials. srows holds the
-// escape ranges of the block's rows. Ends with the block in sync.
+// outputs (escapes, bias, bf16) or store the split-K partials of split
+// split_z. srows holds the escape ranges of the block's rows. Ends with the
+// block in sync.
 template <int MT, int NT, int WN, int WK, bool SAFE>
 __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red, const uint32_t *srows,
-                                               float (&acc)[MT][NT][4], int64_t n0, int64_t m0) {
+                                               float (&acc)[MT][NT][4], int64_t n0, int64_t m0,
+                                               uint32_t split_z) {
 	constexpr int ROWS = 16 * MT * WN, TB = 8 * NT, FR = MT * NT * 4;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int wn = warp % WN, wk = warp / WN;
@@ -175,7 +177,7 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 	__syncthreads();
 	if (split) {
 		// Partial sums of this split; glyd_lin_reduce finishes them.
-		float *ws = (float *)p.ws + (size_t)blockIdx.z * (size_t)R * (size_t)N;
+		float *ws = (float *)p.ws + (size_t)split_z * (size_t)R * (size_t)N;
 		for (int idx = threadIdx.x; idx < ROWS * TB; idx += blockDim.x) {
 			const int row = idx % ROWS, tok = idx / ROWS;
 			const int64_t n = n0 + row, m = m0 + tok;
@@ -194,18 +196,22 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 	__syncthreads(); // red/srows are reused by the next tile
 }
 
+// One tile of the output: weight rows [ntile*ROWS, +ROWS), tokens
+// [mtile*TB, +TB), the k-blocks of split split_z of p.splits. The kernels
+// below pass their block indices; the experts kernel (moe.cu) its own.
 template <int MT, int NT, int WN, int WK, int U, bool SAFE>
-__device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
+__device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
+                                           uint32_t split_z) {
 	constexpr int ROWS = 16 * MT * WN, TB = 8 * NT;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int wn = warp % WN, wk = warp / WN;
 	const int g = lane >> 2, t = lane & 3;
 	const int64_t N = p.N, K = p.K, R = p.rows;
-	const int64_t n0 = (int64_t)blockIdx.y * ROWS;
-	const int64_t m0 = (int64_t)blockIdx.x * TB;
+	const int64_t n0 = ntile * ROWS;
+	const int64_t m0 = mtile * TB;
 	const int64_t KB = (K + 63) >> 6;
-	// This block's k-blocks: [kb_lo, kb_hi) of split blockIdx.z.
-	const int64_t kb_lo = KB * blockIdx.z / p.splits, kb_hi = KB * (blockIdx.z + 1) / p.splits;
+	// This block's k-blocks: [kb_lo, kb_hi) of split split_z.
+	const int64_t kb_lo = KB * split_z / p.splits, kb_hi = KB * (split_z + 1) / p.splits;
 	const uint8_t *sm = (const uint8_t *)p.sm;
 	const uint8_t *code = (const uint8_t *)p.code;
 	const uint16_t *x = (const uint16_t *)p.x;
@@ -317,7 +323,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem) {
 		cur = nxt;
 	}
 
-	block_epilogue<MT, NT, WN, WK, SAFE>(p, red, srows, acc, n0, m0);
+	block_epilogue<MT, NT, WN, WK, SAFE>(p, red, srows, acc, n0, m0, split_z);
 }
 
 // Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]).
@@ -456,7 +462,7 @@ __device__ __forceinline__ void linear_f12_async(const glyd_kparams &p, float *s
 			}
 		}
 		if (want) srows[threadIdx.x] = rv;
-		block_epilogue<MT, NT, 1, WK, SAFE>(p, red, srows, acc, n0, m0);
+		block_epilogue<MT, NT, 1, WK, SAFE>(p, red, srows, acc, n0, m0, blockIdx.z);
 	}
 	cp_async_wait<0>();
 }
@@ -486,12 +492,12 @@ GLYD_LINA(1, 1, 4, 8, 4)
 	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
 	    glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U(const glyd_kparams p) {                          \
 		extern __shared__ float smem[];                                                             \
-		linear_f12<MT, NT, WN, WK, U, false>(p, smem);                                               \
+		linear_f12<MT, NT, WN, WK, U, false>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);           \
 	}                                                                                                 \
 	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
 	    glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U##_safe(const glyd_kparams p) {                   \
 		extern __shared__ float smem[];                                                             \
-		linear_f12<MT, NT, WN, WK, U, true>(p, smem);                                                \
+		linear_f12<MT, NT, WN, WK, U, true>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);            \
 	}
 
 // The configurations the host may pick (core/gpu/linear.go holds the table and

@@ -170,3 +170,64 @@ func BuildEscapeIndex(dev int, stream uintptr, t *DeviceTensor, dst uintptr) err
 	}
 	return launch(dev, kEscapeRecords, gridFor(t.Groups[0].Escapes, 256, d.info.SMs*8), 1, 1, 256, 0, stream, &p)
 }
+
+// DecodeRows writes the bf16 bits of rows [row0, row0+rows) of t, seen as the
+// matrix [product of all but the last dimension, K], to dst (device, rows*K*2
+// bytes, row-major) on the caller's stream: a tile of weight rows for a GEMM
+// that follows on the same stream (the prompt path of the Python layer, which
+// multiplies with cuBLAS a tile small enough to stay in L2). Bit-exact, like
+// Decode. t: fixed12, one group (Unsupported otherwise), with its escape index
+// (BuildEscapeIndex, t.EscRows) when it has escapes. Launches one decode
+// kernel, plus glyd_escape_scatter_rows when t has escapes.
+func DecodeRows(dev int, stream uintptr, t *DeviceTensor, row0, rows int64, dst uintptr) error {
+	if err := t.validate(); err != nil {
+		return err
+	}
+	if t.Layout != codec.Fixed12 {
+		return status.Errorf(status.Unsupported, "gpu: row-range decode takes fixed12 tensors (layout %d); decode the whole tensor instead", t.Layout)
+	}
+	n, k, err := matrixDims(t)
+	if err != nil {
+		return err
+	}
+	if row0 < 0 || rows < 0 || row0 > n || rows > n-row0 {
+		return status.Errorf(status.InvalidArgument, "gpu: rows [%d, %d+%d) out of range (%d rows)", row0, row0, rows, n)
+	}
+	g := &t.Groups[0]
+	if g.Escapes > 0 && t.EscRows == 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: tensor has %d escapes but no escape row index (BuildEscapeIndex)", g.Escapes)
+	}
+	if rows == 0 || k == 0 {
+		return nil
+	}
+	if dst == 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: nil destination")
+	}
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	p := groupParams(t, 0)
+	first := uint64(row0) * uint64(k)
+	cnt := uint64(rows) * uint64(k)
+	p.dst = C.glyd_u64(dst)
+	p.n = C.glyd_u64(cnt)
+	p.escapes = 0
+	p.row0 = C.glyd_i64(row0)
+	p.N = C.glyd_i64(rows)
+	p.K = C.glyd_i64(k)
+	sms := d.info.SMs
+	// The kernels read from element first = row0*K of the group (p.row0, p.K);
+	// the vector kernel needs its sm and code loads aligned.
+	if first%8 == 0 && (uint64(p.sm)+first)%8 == 0 && (uint64(p.code)+first/2)%4 == 0 && dst%16 == 0 && cnt >= 8 {
+		err = launch(dev, kDecodeF12Vec, gridFor(cnt/8, 256*12, sms*3), 1, 1, 256, 0, stream, &p)
+	} else {
+		err = launch(dev, kDecodeF12Scalar, gridFor(cnt, 256, sms*16), 1, 1, 256, 0, stream, &p)
+	}
+	if err != nil || g.Escapes == 0 {
+		return err
+	}
+	p.escrows = C.glyd_u64(t.EscRows)
+	p.escrecs = C.glyd_u64(uint64(t.EscRows) + escRowsBytes(n))
+	return launch(dev, kEscapeScatterRows, gridFor(uint64(rows), 8, sms*8), 1, 1, 256, 0, stream, &p)
+}

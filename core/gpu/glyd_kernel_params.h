@@ -62,6 +62,26 @@ typedef struct glyd_kparams {
 	glyd_u64 pk_off;   /* pack: uint64 per tile: its first entry in the escape planes */
 	glyd_u64 pk_base;  /* pack: uint32 [groups]: Base of each group */
 	glyd_u64 pk_sym;   /* pack (smallest): uint8 [groups][256]: symbol of each exponent */
+	/* Row-range decode (glyd_escape_scatter_rows): rows [row0, row0 + N) of
+	 * the matrix [*, K]; dst holds row row0 at its start. */
+	glyd_i64 row0;
+	/* Experts (kernels/moe.cu): E = num_experts groups described by the
+	 * device table `experts` (glyd_expert [E]); offs = int32 [E], the
+	 * cumulative end row of each expert in x and y (rows sorted by expert). */
+	glyd_u64 experts;
+	glyd_u64 offs;
+	glyd_i64 num_experts;
 } glyd_kparams;
+
+/* One expert (one group of a packed experts tensor) as the grouped kernels
+ * read it: the device addresses of its planes and of its escape index. */
+typedef struct glyd_expert {
+	glyd_u64 sm, code;         /* its sm and code planes (fixed12) */
+	glyd_u64 escidx, escexp;   /* its escape planes (decode), 0 if no escapes */
+	glyd_u64 escrows, escrecs; /* its escape row index (fused linear), 0 if no escapes */
+	glyd_u64 escapes;          /* escape entries of the group */
+	glyd_u32 base;             /* exponent of code 0 */
+	glyd_u32 ebase;            /* exponent the fused kernel gives escaped weights */
+} glyd_expert;
 
 #endif

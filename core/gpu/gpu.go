@@ -122,6 +122,7 @@ var kernelNames = []string{
 	"glyd_escape_scatter",
 	"glyd_escape_rows",
 	"glyd_escape_records",
+	"glyd_escape_scatter_rows",
 	"glyd_lin_f12_generic",
 	"glyd_lin_reduce",
 	"glyd_pack_zero",
@@ -131,6 +132,10 @@ var kernelNames = []string{
 	"glyd_pack_f12",
 	"glyd_pack_small_count",
 	"glyd_pack_small",
+	"glyd_decode_f12_groups",
+	"glyd_escape_scatter_groups",
+	"glyd_lin_f12g_m1n1w1k8u1",
+	"glyd_lin_f12g_m1n1w1k8u1_safe",
 }
 
 const (
@@ -140,6 +145,7 @@ const (
 	kEscapeScatter
 	kEscapeRows
 	kEscapeRecords
+	kEscapeScatterRows
 	kLinGeneric
 	kLinReduce
 	kPackZero
@@ -149,6 +155,10 @@ const (
 	kPackF12
 	kPackSmallCount
 	kPackSmall
+	kDecodeF12Groups
+	kEscapeScatterGroups
+	kLinGrouped
+	kLinGroupedSafe
 	kLinFirst // the linear configurations of linear.go follow, each name then name_safe
 )
 

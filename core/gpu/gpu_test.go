@@ -40,6 +40,9 @@ func TestInitNoGPUIsClean(t *testing.T) {
 	if err := Linear(0, 0, 1024, 1, w, 0, 2048, 0, 0); status.CodeOf(err) != status.NoGPU {
 		t.Fatalf("Linear: %v", err)
 	}
+	if err := DecodeRows(0, 0, w, 1, 1, 1024); status.CodeOf(err) != status.NoGPU {
+		t.Fatalf("DecodeRows: %v", err)
+	}
 }
 
 func TestValidate(t *testing.T) {

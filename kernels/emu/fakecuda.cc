@@ -1,7 +1,9 @@
 // fakecuda.cc — a fake libcuda.so.1 that runs the pack kernels of
-// kernels/pack.cu on the CPU, with "device memory" = host memory. Tests only:
-// core/gpu's TestPackEmulated runs the real host code (driver.c, pack.go)
-// against it when GLYD_FAKE_CUDA is set (kernels/emu/run.sh builds and runs).
+// kernels/pack.cu and the fixed12 decode / escape index kernels of
+// kernels/decode.cu on the CPU, with "device memory" = host memory. Tests
+// only: core/gpu's TestPackEmulated and TestDecodeRowsEmulated run the real
+// host code (driver.c, pack.go, decode.go) against it when GLYD_FAKE_CUDA is
+// set (kernels/emu/run.sh builds and runs).
 #include "shim.h"
 
 #include <cstdio>
@@ -20,6 +22,58 @@ uint32_t emu_shfl[32][32];
 #include "block_scan.inc" // block_exclusive_sum, extracted from kernels/decode.cu by run.sh
 #include "../pack.cu"
 
+// decode.cu's fixed12 and escape kernels (extracted by run.sh), with CPU
+// versions of the PTX helpers they use: in this namespace they hide the
+// asm ones of common.cuh (unqualified lookup stops at the innermost scope;
+// the vector types are redeclared here too, so argument-dependent lookup does
+// not bring the global asm helpers back).
+namespace emu_decode {
+struct uint4 {
+	uint32_t x, y, z, w;
+};
+struct uint2 {
+	uint32_t x, y;
+};
+inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return uint4{a, b, c, d}; }
+inline uint2 make_uint2(uint32_t a, uint32_t b) { return uint2{a, b}; }
+inline uint32_t __vadd4(uint32_t a, uint32_t b) {
+	uint32_t r = 0;
+	for (int i = 0; i < 32; i += 8) r |= ((((a >> i) & 0xffu) + ((b >> i) & 0xffu)) & 0xffu) << i;
+	return r;
+}
+inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+	const uint64_t v = (uint64_t)y << 32 | x;
+	uint32_t r = 0;
+	for (int i = 0; i < 4; i++) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+	return r;
+}
+// prmt.b32 default mode: selector bit 3 replicates the sign of the chosen byte.
+inline uint32_t prmt_sr(uint32_t a, uint32_t b, uint32_t sel) {
+	const uint64_t v = (uint64_t)b << 32 | a;
+	uint32_t r = 0;
+	for (int i = 0; i < 4; i++) {
+		const uint32_t n = (sel >> (4 * i)) & 15u;
+		uint32_t byte = (uint32_t)(v >> (8 * (n & 7u))) & 0xffu;
+		if (n & 8u) byte = (byte & 0x80u) ? 0xffu : 0u;
+		r |= byte << (8 * i);
+	}
+	return r;
+}
+inline uint2 ld_stream8(const void *p) {
+	uint2 v;
+	memcpy(&v, p, 8);
+	return v;
+}
+inline uint32_t ld_stream4(const void *p) {
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+inline void st_stream16(void *p, uint4 v) { memcpy(p, &v, 16); }
+inline void st_keep16(void *p, uint4 v) { memcpy(p, &v, 16); }
+#include "decode_f12.inc"
+} // namespace emu_decode
+
 typedef void (*kfn)(const glyd_kparams);
 struct kern {
 	const char *name;
@@ -30,6 +84,12 @@ static kern kernels[] = {
     {"glyd_pack_crc", glyd_pack_crc},     {"glyd_pack_count", glyd_pack_count},
     {"glyd_pack_f12", glyd_pack_f12},     {"glyd_pack_small_count", glyd_pack_small_count},
     {"glyd_pack_small", glyd_pack_small},
+    {"glyd_decode_f12_vec", emu_decode::glyd_decode_f12_vec},
+    {"glyd_decode_f12_scalar", emu_decode::glyd_decode_f12_scalar},
+    {"glyd_escape_scatter", emu_decode::glyd_escape_scatter},
+    {"glyd_escape_scatter_rows", emu_decode::glyd_escape_scatter_rows},
+    {"glyd_escape_rows", emu_decode::glyd_escape_rows},
+    {"glyd_escape_records", emu_decode::glyd_escape_records},
 };
 static kern unknown = {"unknown", nullptr};
 

@@ -9,13 +9,34 @@ synchronizing, so it can be captured in CUDA graphs.
     dw = DeviceTensor(glyd.pack(w_cpu))     # planes copied to the GPU once
     p = pack(w_cuda)                         # packed on the GPU: == glyd.pack(w_cuda.cpu())
     w = dw.decode()                          # bf16, bit-identical to glyd.unpack
-    y = dw.linear(x, bias)                   # y = x @ w.T + bias, w never materialized
+    t = dw.decode_rows(row0, rows)           # rows [row0, row0 + rows) of it, bit-identical
+    y = dw.linear(x, bias)                   # y = x @ w.T + bias, w never materialized whole
+
+DeviceTensor.linear has two paths (the one choice, shared by
+glyd.transformers.gpu_linear):
+  - fewer than PROMPT_ROWS rows of x (decode steps, small batches): Glyd's
+    fused kernel (glyd_gpu_linear) decodes the weight in registers inside the
+    matmul; the bf16 weight is never written to memory;
+  - PROMPT_ROWS rows or more (prompts), fixed12 2-D weights: the prompt path.
+    The weight is decoded a tile of rows at a time (decode_rows, bit-exact)
+    into a bf16 workspace small enough to stay in L2 (a quarter of it by
+    default), and each tile is multiplied by cuBLAS (torch.mm / torch.addmm
+    writing straight into its column slice of the output). Tensor-core GEMMs
+    are compute bound at these sizes, so reading the tile back from L2 is
+    nearly free and the only extra work is the decode (1.5 bytes per weight
+    read from memory instead of 2). At most one tile of the layer is ever
+    decoded at a time.
+  PROMPT_ROWS is 256 (environment GLYD_PROMPT_ROWS, read at import, 0 = never;
+  set_prompt_rows() for benchmarks); the tile size comes from the device's L2
+  (GLYD_PROMPT_TILE_MB / set_prompt_tile_mb() override it).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
+import warnings
 from ctypes import POINTER, c_char, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p
 
 import torch
@@ -24,7 +45,7 @@ from . import _lib
 from .errors import InvalidArgumentError
 
 __all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "force_kernel", "pack",
-           "pack_planes", "pack_device"]
+           "pack_planes", "pack_device", "set_prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL"]
 
 LAYOUT_FIXED12 = 1
 LAYOUT_SMALLEST = 2
@@ -71,6 +92,7 @@ _SIGNATURES = {
     "glyd_gpu_device_count": (c_int, [POINTER(c_int)]),
     "glyd_gpu_device_info": (c_int, [c_int, POINTER(GpuInfo)]),
     "glyd_gpu_decode": (c_int, [c_int, c_void_p, _T, c_int64, c_void_p, c_size_t]),
+    "glyd_gpu_decode_rows": (c_int, [c_int, c_void_p, _T, c_int64, c_int64, c_void_p, c_size_t]),
     "glyd_gpu_escape_index_bytes": (c_int, [_T, POINTER(c_size_t)]),
     "glyd_gpu_build_escape_index": (c_int, [c_int, c_void_p, _T, c_void_p, c_size_t]),
     "glyd_gpu_linear_workspace_bound": (c_int, [_T, c_int64, POINTER(c_size_t)]),
@@ -83,6 +105,11 @@ _SIGNATURES = {
     "glyd_gpu_pack": (c_int, [c_int, c_void_p, c_void_p, c_int, c_int, POINTER(c_int64), c_size_t, c_int64,
                               c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_uint64), POINTER(_lib.Group),
                               POINTER(ctypes.c_uint32)]),
+    "glyd_gpu_experts_table_bytes": (c_int, [_T, POINTER(c_size_t)]),
+    "glyd_gpu_build_experts_table": (c_int, [c_int, c_void_p, _T, c_void_p, c_size_t]),
+    "glyd_gpu_decode_experts": (c_int, [c_int, c_void_p, _T, c_void_p, c_void_p, c_size_t]),
+    "glyd_gpu_linear_experts": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_void_p, c_void_p, c_void_p,
+                                        c_void_p]),
 }
 
 _lock = threading.Lock()
@@ -145,6 +172,77 @@ def _stream(device: torch.device) -> int:
     return torch.cuda.current_stream(device).cuda_stream
 
 
+# ---- the prompt path of DeviceTensor.linear -------------------------------------------------------
+
+def _env_number(name: str, default, kind, minimum):
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return default
+    try:
+        x = kind(v)
+        if x < minimum:
+            raise ValueError(v)
+        return x
+    except ValueError:
+        warnings.warn(f"glyd: ignoring {name}={v!r} (want a number >= {minimum}); using {default}", stacklevel=2)
+        return default
+
+
+#: Rows of x (tokens) from which DeviceTensor.linear takes the prompt path
+#: (decode_rows tiles + cuBLAS) instead of the fused kernel; 0 = never.
+#: Environment GLYD_PROMPT_ROWS (read at import); set_prompt_rows() at run time.
+PROMPT_ROWS: int = _env_number("GLYD_PROMPT_ROWS", 256, int, 0)
+#: MiB of bf16 weight rows per tile of the prompt path; None: a quarter of the
+#: device's L2. Environment GLYD_PROMPT_TILE_MB; set_prompt_tile_mb().
+PROMPT_TILE_MB = _env_number("GLYD_PROMPT_TILE_MB", None, float, 1e-9)
+#: What linear_kernel() reports for the prompt path.
+PROMPT_KERNEL = "decode tiles + cuBLAS"
+#: Tiles hold a multiple of this many weight rows (and at least this many).
+TILE_ROW_MULTIPLE = 128
+
+_L2_BYTES: dict = {}
+_FORCED = [False]  # force_kernel(name) benchmarks the fused kernel: no prompt path then
+
+
+def set_prompt_rows(rows: int) -> int:
+    """Rows from which linear() takes the prompt path (0 = never). Returns the previous value.
+    For benchmarks and tuning; not thread-safe with concurrent linear() calls."""
+    global PROMPT_ROWS
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise InvalidArgumentError(1, f"prompt rows must be an integer >= 0, not {rows!r}")
+    old, PROMPT_ROWS = PROMPT_ROWS, rows
+    return old
+
+
+def set_prompt_tile_mb(mb) -> float | None:
+    """MiB of bf16 weight per tile of the prompt path (None: a quarter of the device's L2).
+    Returns the previous value."""
+    global PROMPT_TILE_MB
+    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0):
+        raise InvalidArgumentError(1, f"prompt tile MiB must be a number > 0 or None, not {mb!r}")
+    old, PROMPT_TILE_MB = PROMPT_TILE_MB, (None if mb is None else float(mb))
+    return old
+
+
+def _l2_bytes(device: torch.device) -> int:
+    n = _L2_BYTES.get(device.index)
+    if n is None:
+        n = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+        if n <= 0:
+            n = int(device_info(device.index)["l2_bytes"])
+        n = _L2_BYTES[device.index] = max(n, 1)
+    return n
+
+
+def tile_rows(device: torch.device, k: int) -> int:
+    """Weight rows per tile of the prompt path for rows of k bf16 weights on
+    `device`: the tile budget (PROMPT_TILE_MB, else L2 / 4) over 2*k bytes,
+    rounded down to a multiple of TILE_ROW_MULTIPLE, at least TILE_ROW_MULTIPLE."""
+    budget = int(PROMPT_TILE_MB * 2**20) if PROMPT_TILE_MB is not None else _l2_bytes(device) // 4
+    r = budget // (2 * max(int(k), 1)) // TILE_ROW_MULTIPLE * TILE_ROW_MULTIPLE
+    return max(r, TILE_ROW_MULTIPLE)
+
+
 class DeviceTensor:
     """A packed tensor placed on a CUDA device: its planes as uint8 CUDA tensors
     plus the codec metadata. Made from a glyd.PackedTensor (planes copied once),
@@ -179,6 +277,9 @@ class DeviceTensor:
         for s in self.shape:
             self.numel *= s
         self.escapes = sum(g.escapes for g in self.groups)
+        # decode_rows works on it, and linear() may take the prompt path
+        self._tileable = (layout == "fixed12" and len(self.shape) == 2 and len(self.groups) == 1
+                          and self.shape[0] > 0 and self.shape[1] > 0)
 
         c = GpuTensor()
         c.layout = LAYOUT_FIXED12 if layout == "fixed12" else LAYOUT_SMALLEST
@@ -226,10 +327,85 @@ class DeviceTensor:
                                           out.data_ptr(), out.numel() * 2))
         return out
 
+    def decode_rows(self, row0: int, rows: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows [row0, row0 + rows) of this tensor seen as the matrix [product of
+        all but the last dimension, K], decoded to bf16 [rows, K]: bit-identical
+        to glyd.unpack(...).reshape(-1, K)[row0:row0 + rows]. fixed12, one group
+        (UnsupportedError otherwise: use decode()). out: a contiguous bf16 tensor
+        of rows*K elements on this device (16-byte aligned for the fast kernel)."""
+        if len(self.shape) < 2:
+            raise InvalidArgumentError(1, f"decode_rows needs a tensor of >= 2 dimensions, this one is {self.shape}")
+        for name, v in (("row0", row0), ("rows", rows)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise InvalidArgumentError(1, f"{name} must be an int, not {type(v).__name__}")
+        k = self.shape[-1]
+        n = _numel(self.shape[:-1])
+        if row0 < 0 or rows < 0 or row0 + rows > n:
+            raise InvalidArgumentError(1, f"row0={row0}, rows={rows}: rows [row0, row0 + rows) must lie in "
+                                          f"[0, {n}]")
+        if out is None:
+            out = torch.empty((rows, k), dtype=torch.bfloat16, device=self.device)
+        elif out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous():
+            raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {self.device}, got "
+                                          f"{out.dtype} {tuple(out.shape)} on {out.device}")
+        elif out.numel() != rows * k:
+            raise InvalidArgumentError(1, f"out has {out.numel()} elements, rows * K = {rows * k}")
+        _lib.check(_gpu().glyd_gpu_decode_rows(self.device.index, _stream(self.device), ctypes.byref(self._c), row0,
+                                               rows, out.data_ptr() if out.numel() else None, out.numel() * 2))
+        return out
+
+    def prompt_path(self, rows: int) -> bool:
+        """True if linear() of `rows` rows takes the prompt path (decode tiles +
+        cuBLAS): rows >= PROMPT_ROWS > 0, a fixed12 2-D single-group weight, no
+        forced kernel (force_kernel)."""
+        return 0 < PROMPT_ROWS <= rows and self._tileable and not _FORCED[0]
+
+    def tile_rows(self) -> int:
+        """Weight rows per tile of the prompt path (at most N)."""
+        return min(tile_rows(self.device, self.shape[-1]), self.shape[0])
+
+    def linear_tiles(self, x2: torch.Tensor, bias: torch.Tensor | None, y2: torch.Tensor) -> torch.Tensor:
+        """The prompt path: y2 = x2 @ W.T (+ bias) with W decoded a tile of rows
+        at a time into one reused workspace (torch's caching allocator), each
+        tile multiplied by cuBLAS into its column slice of y2. The one
+        implementation (DeviceTensor.linear and glyd.transformers.gpu_linear call
+        it); callers check the arguments: x2 bf16 [rows, K], y2 bf16 [rows, N]
+        contiguous, bias bf16 [N] contiguous or None, all on this device. Work
+        is enqueued on the current stream without host synchronization (CUDA
+        graph capture works). Results are within bf16 rounding of x2 @ W.T (the
+        GEMM is cuBLAS's; not bit-identical to the fused kernel's)."""
+        n, k = self.shape
+        tr = self.tile_rows()
+        if bias is not None:
+            bias = bias.view(-1)
+        tile = torch.empty(tr * k, dtype=torch.bfloat16, device=self.device)
+        decode = _gpu().glyd_gpu_decode_rows
+        dev, stream, c, ptr = self.device.index, _stream(self.device), ctypes.byref(self._c), tile.data_ptr()
+        with torch.no_grad():  # out= takes no autograd; the glyd::linear op has its own backward
+            for n0 in range(0, n, tr):
+                r = min(tr, n - n0)
+                st = decode(dev, stream, c, n0, r, ptr, r * k * 2)
+                if st:
+                    _lib.check(st)
+                w = tile[:r * k].view(r, k).t()
+                # out= a column slice: cuBLAS writes it in place with ldc = N (ATen's
+                # addmm takes a row-major view with a leading dimension; a layout it
+                # could not take would be computed aside and copied, still correct).
+                if bias is None:
+                    torch.mm(x2, w, out=y2[:, n0:n0 + r])
+                else:
+                    torch.addmm(bias[n0:n0 + r], x2, w, out=y2[:, n0:n0 + r])
+        # tile goes back to the caching allocator here; the stream-ordered reuse
+        # waits for the GEMMs queued above.
+        return y2
+
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None,
                workspace: torch.Tensor | None = None) -> torch.Tensor:
-        """y = x @ W.T (+ bias) for W [N, K] = this tensor, decoded inside the kernel.
-        x: bf16 [..., K] on the same device; returns bf16 [..., N]."""
+        """y = x @ W.T (+ bias) for W [N, K] = this tensor. x: bf16 [..., K] on
+        the same device; returns bf16 [..., N]. Below PROMPT_ROWS rows the fused
+        kernel decodes W inside the matmul; from PROMPT_ROWS rows on (fixed12)
+        the prompt path: W decoded a tile of rows at a time (in L2), each tile
+        multiplied by cuBLAS (linear_tiles; `workspace` is not used there)."""
         if len(self.shape) != 2:
             raise InvalidArgumentError(1, f"linear needs a 2-D weight, this one is {self.shape}")
         n, k = self.shape
@@ -248,6 +424,9 @@ class DeviceTensor:
         if bias is not None and (bias.dtype != torch.bfloat16 or bias.numel() != n or not bias.is_contiguous()
                                  or bias.device != self.device):
             raise InvalidArgumentError(1, f"bias must be a contiguous bfloat16 tensor of {n} elements on {self.device}")
+        if rows and self.prompt_path(rows):
+            self.linear_tiles(x2, bias, out.view(rows, n))
+            return out
         lib = _gpu()
         ws_ptr, ws_n = None, 0
         if workspace is None:
@@ -271,6 +450,9 @@ class DeviceTensor:
         return n.value
 
     def linear_kernel(self, rows: int) -> str:
+        """Name of what linear() runs for `rows` rows: PROMPT_KERNEL for the prompt path, else the fused kernel."""
+        if rows and self.prompt_path(rows):
+            return PROMPT_KERNEL
         return linear_kernel(self, rows)
 
     def __repr__(self):
@@ -292,8 +474,10 @@ def linear_kernel(w: DeviceTensor, rows: int) -> str:
 
 
 def force_kernel(name: str | None) -> None:
-    """Benchmarks only: run kernel configuration `name` for every linear (None: automatic)."""
+    """Benchmarks only: run kernel configuration `name` for every linear (None: automatic).
+    While a kernel is forced, linear() runs the fused kernel at every row count (no prompt path)."""
     _lib.check(_gpu().glyd_gpu_force_kernel(name.encode() if name else None))
+    _FORCED[0] = bool(name)
 
 
 def pack_planes(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):
@@ -352,3 +536,69 @@ def pack_device(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1) 
     grs, planes, _ = pack_planes(tensor, layout, groups)
     return DeviceTensor(layout=layout, shape=tuple(tensor.shape), groups=grs, planes=planes,
                         device=planes["sm"].device)
+
+
+class DeviceExperts:
+    """An experts tensor on a GPU ([E, N, K] or [E*N, K], one group per expert,
+    fixed12) with its experts table (built here, once): every expert decoded in
+    two launches, and the grouped fused linear over rows sorted by expert, the
+    routing read on the device (no host synchronization, CUDA graphs capture it)."""
+
+    def __init__(self, dt: DeviceTensor):
+        if dt.layout != "fixed12":
+            raise InvalidArgumentError(1, f"the experts kernels take fixed12 tensors, not {dt.layout}")
+        self.dt = dt
+        self.device = dt.device
+        self.num_experts = len(dt.groups)
+        rows = _numel(dt.shape[:-1])
+        if rows % self.num_experts:
+            raise InvalidArgumentError(1, f"{self.num_experts} groups do not split the {rows} rows of {dt.shape}")
+        self.out_features, self.in_features = rows // self.num_experts, dt.shape[-1]
+        lib = _gpu()
+        n = c_size_t()
+        _lib.check(lib.glyd_gpu_experts_table_bytes(ctypes.byref(dt._c), ctypes.byref(n)))
+        self.table = torch.empty(n.value, dtype=torch.uint8, device=self.device)
+        with torch.cuda.device(self.device):
+            _lib.check(lib.glyd_gpu_build_experts_table(self.device.index, _stream(self.device), ctypes.byref(dt._c),
+                                                        self.table.data_ptr(), n.value))
+
+    def decode(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Every expert, bit-identical to glyd.unpack (the tensor's shape)."""
+        if out is None:
+            out = torch.empty(self.dt.shape, dtype=torch.bfloat16, device=self.device)
+        elif (out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous()
+              or out.numel() != self.dt.numel):
+            raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor of {self.dt.numel} elements on "
+                                          f"{self.device}")
+        _lib.check(_gpu().glyd_gpu_decode_experts(self.device.index, _stream(self.device), ctypes.byref(self.dt._c),
+                                                  self.table.data_ptr(), out.data_ptr(), out.numel() * 2))
+        return out
+
+    def linear(self, x: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """out[r] = x[r] @ W[e].T (+ bias[e]) for the rows r of expert e: x bf16 [P, K]
+        sorted by expert, offsets int32 [E] cumulative end rows on the device (torch
+        grouped_mm's convention). Rows from offsets[-1] on are left as they were."""
+        n, k, e = self.out_features, self.in_features, self.num_experts
+        if x.dtype != torch.bfloat16 or x.device != self.device or x.dim() != 2 or x.shape[1] != k:
+            raise InvalidArgumentError(1, f"x must be bfloat16 [P, {k}] on {self.device}, got {x.dtype} "
+                                          f"{tuple(x.shape)} on {x.device}")
+        if not x.is_contiguous() or x.data_ptr() % 16:
+            x = x.clone(memory_format=torch.contiguous_format)
+        if (offsets.dtype != torch.int32 or offsets.device != self.device or offsets.numel() != e
+                or not offsets.is_contiguous()):
+            raise InvalidArgumentError(2, f"offsets must be a contiguous int32 tensor of {e} elements on {self.device}, "
+                                          f"got {offsets.dtype} {tuple(offsets.shape)} on {offsets.device}")
+        if bias is not None and (bias.dtype != torch.bfloat16 or bias.device != self.device or bias.numel() != e * n
+                                 or not bias.is_contiguous()):
+            raise InvalidArgumentError(3, f"bias must be a contiguous bfloat16 tensor of {e}x{n} elements on {self.device}")
+        rows = x.shape[0]
+        if out is None:
+            out = torch.empty((rows, n), dtype=torch.bfloat16, device=self.device)
+        elif (out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous()
+              or out.numel() != rows * n):
+            raise InvalidArgumentError(4, f"out must be a contiguous bfloat16 tensor of {rows}x{n} elements on {self.device}")
+        _lib.check(_gpu().glyd_gpu_linear_experts(
+            self.device.index, _stream(self.device), x.data_ptr(), rows, ctypes.byref(self.dt._c),
+            self.table.data_ptr(), offsets.data_ptr(), bias.data_ptr() if bias is not None else None, out.data_ptr()))
+        return out

@@ -312,3 +312,169 @@ def test_bench_tables_2_and_5_dry_run(monkeypatch, tmp_path):
     assert "## Table 2." in text and "## Table 5." in text and "| bf16, + GPU pack |" in text
     json.dumps(rep.results, default=str)
     assert not any(p.name.startswith("glyd-bench-") for p in tmp_path.iterdir())  # checkpoints removed
+
+
+# ---- the prompt path (decode tiles + cuBLAS), without a GPU -----------------------------------------
+
+def _c_tensor(layout=1, shape=(4, 16), groups=1, escapes=0, esc_rows=None):
+    """A glyd_gpu_tensor with fake device addresses (never dereferenced here)."""
+    import ctypes
+
+    from glyd import _gpu, _lib
+
+    c = _gpu.GpuTensor()
+    c.layout, c.dtype, c.ndim = layout, 1, len(shape)
+    for i, s in enumerate(shape):
+        c.shape[i] = s
+    n = 1
+    for s in shape:
+        n *= s
+    garr = (_lib.Group * groups)()
+    for g in range(groups):
+        garr[g].elements, garr[g].escapes, garr[g].base = n // groups, escapes, 100
+    c.groups = ctypes.cast(garr, ctypes.POINTER(_lib.Group))
+    c.num_groups = groups
+    for i in range(_lib.NUM_PLANES):
+        c.planes[i] = 1 << 20 | i << 12
+    c.esc_rows = esc_rows
+    return c, garr
+
+
+def test_decode_rows_abi_without_device():
+    """glyd_gpu_decode_rows: bound with the header's signature; arguments checked
+    before any device work (the status names the problem); NO_GPU without a driver."""
+    import ctypes
+
+    from glyd import _gpu
+
+    lib = _gpu._gpu()
+    INVALID, TOO_SMALL, NO_GPU, UNSUPPORTED = 1, 2, 20, 26
+    dst = 1 << 24
+    c, keep = _c_tensor()
+
+    def call(t, row0, rows, d=dst, nbytes=1 << 20):
+        return lib.glyd_gpu_decode_rows(0, None, ctypes.byref(t) if t is not None else None, row0, rows, d, nbytes)
+
+    assert call(None, 0, 1) == INVALID and "tensor" in lib.glyd_last_error().decode()
+    assert call(c, 0, 5) == INVALID and "out of range" in lib.glyd_last_error().decode()
+    assert call(c, -1, 1) == INVALID
+    assert call(c, 0, -1) == INVALID
+    assert call(c, 4, 1) == INVALID
+    assert call(c, 0, 2, nbytes=63) == TOO_SMALL and "dst_bytes" in lib.glyd_last_error().decode()
+    assert call(c, 0, 2, d=None) == INVALID
+    assert call(c, 4, 0, d=None) == 0  # nothing to decode: no device work
+    assert call(_c_tensor(layout=2)[0], 0, 1) == UNSUPPORTED  # smallest
+    assert call(_c_tensor(shape=(2, 2, 16), groups=2)[0], 0, 1) == UNSUPPORTED  # experts: several groups
+    assert call(_c_tensor(shape=(64,))[0], 0, 1) == UNSUPPORTED  # not a matrix
+    assert call(_c_tensor(escapes=3)[0], 0, 1) == INVALID and "escape" in lib.glyd_last_error().decode()
+    if not _gpu.available():
+        assert call(c, 1, 2) == NO_GPU
+        assert call(_c_tensor(escapes=3, esc_rows=1 << 22)[0], 0, 4) == NO_GPU
+    del keep
+
+
+def test_prompt_settings(monkeypatch):
+    from glyd import _gpu
+
+    rows, mb = _gpu.PROMPT_ROWS, _gpu.PROMPT_TILE_MB
+    try:
+        assert _gpu.set_prompt_rows(512) == rows and _gpu.PROMPT_ROWS == 512
+        assert _gpu.set_prompt_rows(0) == 512
+        for bad in (-1, 1.5, True, "256", None):
+            with pytest.raises(InvalidArgumentError, match="prompt rows"):
+                _gpu.set_prompt_rows(bad)
+        assert _gpu.set_prompt_tile_mb(4) == mb and _gpu.PROMPT_TILE_MB == 4.0
+        # tile rows: MiB / (2 K), a multiple of 128, at least 128 (no device needed with a set size)
+        dev = torch.device("cuda", 0)
+        assert _gpu.tile_rows(dev, 4096) == 512
+        assert _gpu.tile_rows(dev, 1040) == 1920  # 4 MiB / 2080 = 2016 -> 1920
+        assert _gpu.tile_rows(dev, 10**7) == 128
+        _gpu.set_prompt_tile_mb(12.5)
+        assert _gpu.tile_rows(dev, 4096) == 1536 and _gpu.tile_rows(dev, 12288) == 512
+        for bad in (0, -1, "4", True):
+            with pytest.raises(InvalidArgumentError, match="tile"):
+                _gpu.set_prompt_tile_mb(bad)
+        assert _gpu.set_prompt_tile_mb(None) == 12.5 and _gpu.PROMPT_TILE_MB is None
+        # the L2 rule: a quarter of L2 (torch's device properties, cached per device)
+        monkeypatch.setitem(_gpu._L2_BYTES, 7, 50 * 2**20)
+        assert _gpu.tile_rows(torch.device("cuda", 7), 4096) == 1536
+        assert _gpu.tile_rows(torch.device("cuda", 7), 5120) == 1280
+    finally:
+        _gpu.set_prompt_rows(rows)
+        _gpu.set_prompt_tile_mb(mb)
+
+
+def test_prompt_env(monkeypatch):
+    from glyd import _gpu
+
+    monkeypatch.setenv("GLYD_PROMPT_ROWS", "0")
+    assert _gpu._env_number("GLYD_PROMPT_ROWS", 256, int, 0) == 0
+    monkeypatch.setenv("GLYD_PROMPT_ROWS", " 384 ")
+    assert _gpu._env_number("GLYD_PROMPT_ROWS", 256, int, 0) == 384
+    for bad in ("-1", "abc", "1.5"):
+        monkeypatch.setenv("GLYD_PROMPT_ROWS", bad)
+        with pytest.warns(UserWarning, match="GLYD_PROMPT_ROWS"):
+            assert _gpu._env_number("GLYD_PROMPT_ROWS", 256, int, 0) == 256
+    monkeypatch.setenv("GLYD_PROMPT_TILE_MB", "6.25")
+    assert _gpu._env_number("GLYD_PROMPT_TILE_MB", None, float, 1e-9) == 6.25
+    monkeypatch.delenv("GLYD_PROMPT_TILE_MB")
+    assert _gpu._env_number("GLYD_PROMPT_TILE_MB", None, float, 1e-9) is None
+
+
+def test_bench_prompt_args():
+    from glyd.gpu import bench
+
+    a = bench.parse_args(["--prompt-rows", "512", "--prompt-tile-mb", "4,auto,12.5"])
+    assert a.prompt_rows == 512 and a.prompt_tile_mb == [4.0, None, 12.5]
+    d = bench.parse_args([])
+    assert d.prompt_rows is None and d.prompt_tile_mb == []
+    for bad in (["--prompt-rows", "-1"], ["--prompt-tile-mb", "x"], ["--prompt-tile-mb", "0"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("n,tile_mb,tiles", [(1000, 0.3, 8), (1000, 0.6, 4), (1000, 64, 1), (128, 0.3, 1)])
+def test_linear_tiles_cpu(monkeypatch, n, tile_mb, tiles, bias):
+    """The tiling of DeviceTensor.linear's prompt path, run on the CPU: decode_rows
+    replaced by a copy of the weight's rows, torch.mm / addmm into column slices."""
+    import ctypes
+
+    from glyd import _gpu
+
+    k = 1040
+    g = torch.Generator().manual_seed(n)
+    w = (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16)
+    calls = []
+
+    class FakeLib:
+        @staticmethod
+        def glyd_gpu_decode_rows(dev, stream, t, row0, rows, dst, nbytes):
+            assert nbytes == rows * k * 2
+            calls.append((row0, rows))
+            ctypes.memmove(dst, w[row0:row0 + rows].contiguous().data_ptr(), nbytes)
+            return 0
+
+    monkeypatch.setattr(_gpu, "_gpu", lambda: FakeLib)
+    monkeypatch.setattr(_gpu, "_stream", lambda device: 0)
+    dt = object.__new__(_gpu.DeviceTensor)
+    dt.device, dt.layout, dt.shape, dt.groups, dt._c = torch.device("cpu"), "fixed12", (n, k), [None], _gpu.GpuTensor()
+    dt._tileable = True
+    rows0, mb0 = _gpu.PROMPT_ROWS, _gpu.PROMPT_TILE_MB
+    try:
+        _gpu.set_prompt_rows(256)
+        _gpu.set_prompt_tile_mb(tile_mb)
+        assert dt.prompt_path(300) and not dt.prompt_path(255)
+        assert dt.linear_kernel(300) == _gpu.PROMPT_KERNEL
+        x = torch.randn(2, 150, k, generator=g).to(torch.bfloat16)
+        b = (torch.randn(n, generator=g) * 0.1).to(torch.bfloat16) if bias else None
+        out = torch.full((2, 150, n), float("nan"), dtype=torch.bfloat16)
+        assert dt.linear(x, b, out=out) is out
+    finally:
+        _gpu.set_prompt_rows(rows0)
+        _gpu.set_prompt_tile_mb(mb0)
+    assert len(calls) == tiles and calls[0][0] == 0 and sum(r for _, r in calls) == n
+    assert all(calls[i][0] + calls[i][1] == calls[i + 1][0] for i in range(len(calls) - 1))
+    ref = x.float() @ w.float().t() + (b.float() if bias else 0)
+    assert not torch.isnan(out).any()
+    assert ((out.float() - ref).abs() <= 2.0**-6 * (ref.abs() + ref.pow(2).mean().sqrt())).all()

@@ -3,7 +3,9 @@ in the same run, on the same GPU, CUDA graphs + CUDA events, median of the repla
 
 Tables (--tables picks them; default 1,2,4,5,6; --moe adds 3):
   1. linears of a decode step / prompt (q/k/v merged, gate/up merged), every
-     layer with its own weights (far more than L2): bf16 ms, Glyd ms, ratio;
+     layer with its own weights (far more than L2): bf16 ms, Glyd ms, ratio,
+     what runs (fused kernel, or from --prompt-rows tokens on the prompt path
+     "decode tiles + cuBLAS", one row per --prompt-tile-mb value);
      plus the same per shape (--per-shape) and configuration sweeps (--sweep);
   2. whole decode step of a Qwen3-8B-config model (random weights, real sizes)
      with a static KV cache, one CUDA graph per step: bf16 vs Glyd (the same
@@ -256,25 +258,47 @@ def _ratio(a, b):
 
 # ---- table 1 (and the per-shape table and sweeps) ------------------------------------------------------
 
+def _kernel_label(dt, tokens):
+    """What DeviceTensor.linear runs for `tokens` rows (with the tile rows of the prompt path)."""
+    from .. import _gpu
+
+    name = dt.linear_kernel(tokens)
+    if name == _gpu.PROMPT_KERNEL:
+        name += f" ({dt.tile_rows()}-row tiles)"
+    return name
+
+
 def table1(args, rep):
+    from .. import _gpu
+
     sets = build(args.model, args.layers, args.distinct)
     nl = len(sets[0]["w"])
     bits = statistics.mean(s["bits"] for s in sets)
+    tiles = args.prompt_tile_mb or [_gpu.PROMPT_TILE_MB]
     rows, res = [], []
     for t in _ints(args.tokens):
         bf, gl = step_fns(sets, t, None)
-        tb, tg = _time_graph(bf, args.reps), _time_graph(gl, args.reps)
-        kname = sets[2]["dt"][0].linear_kernel(t)
-        res.append(dict(tokens=t, bf16_ms=tb, glyd_ms=tg, ratio=tg / tb, kernel=kname))
-        rows.append((t, _ms(tb), _ms(tg), _ratio(tg, tb), kname))
-        print(f"  table 1: {t} tokens {tb:.3f} / {tg:.3f} ms", flush=True)
+        tb = _time_graph(bf, args.reps)
+        for i, mb in enumerate(tiles):
+            _gpu.set_prompt_tile_mb(mb)
+            if i and not sets[2]["dt"][0].prompt_path(t):
+                break  # the tile size only matters on the prompt path
+            tg = _time_graph(gl, args.reps)
+            kname = _kernel_label(sets[2]["dt"][0], t)
+            res.append(dict(tokens=t, bf16_ms=tb, glyd_ms=tg, ratio=tg / tb, kernel=kname,
+                            prompt_rows=_gpu.PROMPT_ROWS, prompt_tile_mb=mb))
+            rows.append((t, _ms(tb), _ms(tg), _ratio(tg, tb), kname))
+            print(f"  table 1: {t} tokens {tb:.3f} / {tg:.3f} ms ({kname})", flush=True)
+    _gpu.set_prompt_tile_mb(tiles[0])
     rep.results["step"] = res
     shapes = ", ".join(f"{s['name']} {s['n']}x{s['k']}" for s in sets)
+    tile = ", ".join("L2/4" if mb is None else f"{mb:g} MiB" for mb in tiles)
     rep.table(f"Table 1. Linears of a step: {args.model}, {nl} layers x 4 ({shapes}), fixed12",
               ["tokens", "bf16 ms", "Glyd ms", "Glyd/bf16", "kernel (gate_up)"], rows,
               [f"CUDA graph of all {4 * nl} linears, median of {args.reps} replays; every layer its own weights; "
-               f"fixed12 {bits:.3f} bits/weight on randn*0.02. Targets: <= 0.80 at 1-64 tokens, <= 0.95 at 128, "
-               f"<= 1.03 at 512 and 2048."])
+               f"fixed12 {bits:.3f} bits/weight on randn*0.02. Prompt path (decode tiles + cuBLAS) from "
+               f"{_gpu.PROMPT_ROWS or 'no'} tokens on, tiles of {tile}. Targets: <= 0.80 at 1-64 tokens, "
+               f"<= 0.95 at 128, <= 1.03 at 512 and 2048."])
 
     if args.per_shape:
         rows, res = [], []
@@ -757,6 +781,12 @@ def parse_args(argv=None):
     ap.add_argument("--layers", type=int, default=0, help="table 1 layers (default: the model's)")
     ap.add_argument("--distinct", type=int, default=2, help="table 1: distinct random matrices per shape")
     ap.add_argument("--per-shape", default=None, help="table 1b token counts (default 1,64; '' for none)")
+    ap.add_argument("--prompt-rows", type=int, default=None,
+                    help="tokens from which linears take the prompt path, decode tiles + cuBLAS (0 = never; "
+                         "default: glyd._gpu.PROMPT_ROWS, i.e. GLYD_PROMPT_ROWS or 256)")
+    ap.add_argument("--prompt-tile-mb", default="",
+                    help="table 1: MiB of bf16 weight per prompt-path tile, several separated by commas to sweep "
+                         "them ('auto' = L2/4; default: GLYD_PROMPT_TILE_MB or L2/4)")
     ap.add_argument("--sweep", default="", help="token counts for the configuration sweep")
     ap.add_argument("--sweep-shapes", default="", help="token counts for a per-shape configuration sweep")
     ap.add_argument("--decode", action="store_true", help="same as adding 4 to --tables (kept for old commands)")
@@ -798,6 +828,14 @@ def parse_args(argv=None):
             _ints(getattr(a, name))
         except ValueError:
             ap.error(f"--{name.replace('_', '-')} takes integers separated by commas")
+    if a.prompt_rows is not None and a.prompt_rows < 0:
+        ap.error("--prompt-rows must be >= 0")
+    try:
+        a.prompt_tile_mb = [None if v == "auto" else float(v) for v in _strs(a.prompt_tile_mb)]
+    except ValueError:
+        ap.error("--prompt-tile-mb takes numbers (MiB) or 'auto' separated by commas")
+    if any(v is not None and not v > 0 for v in a.prompt_tile_mb):
+        ap.error("--prompt-tile-mb values must be > 0")
     return a
 
 
@@ -820,6 +858,10 @@ def main(argv=None) -> int:
         tlog.disable_progress_bar()
     except ImportError:
         pass
+    if args.prompt_rows is not None:
+        _gpu.set_prompt_rows(args.prompt_rows)
+    if args.prompt_tile_mb:
+        _gpu.set_prompt_tile_mb(args.prompt_tile_mb[0])
     rep = Report(environment(argv), args.markdown)
     print("# " + header(rep.env), flush=True)
     sets = None

@@ -6,13 +6,14 @@ For each block (real sizes, random weights randn * 0.02 in bf16) and token count
   bf16 under transformers' own implementation of the family, bf16 under the best
   experts implementation transformers offers for it (the fastest of batched_mm /
   grouped_mm for decorated families; Llama 4 offers only its own), Glyd default
-  (fused per routed expert) and Glyd exact=True, plus the experts' GB.
+  (grouped kernel, decode-all or per routed expert) and Glyd exact=True, plus the experts' GB.
 
 Timing: CUDA events around CUDA graph replays (median of REPS) where the
 implementation can be captured; implementations that synchronize with the host
-to route (transformers' eager loops, both Glyd paths today: the per-expert
+to route (transformers' eager loops, Glyd's routed path: the per-expert
 counts) are timed eagerly, CUDA events around each call, median of REPS, and
-the table says so ("eager"). Their time then includes launch gaps.
+the table says so ("eager"). Their time then includes launch gaps. Glyd's
+grouped-kernel and decode-all paths never wait for the host: graph replays.
 """
 
 from __future__ import annotations
@@ -149,11 +150,15 @@ def bench_block(name, tokens, layout="fixed12", seed=0, device=None):
 
             set_impl(glyd_block, best_impl)
             set_exact(glyd_block, False)
-            # the no-sync path (prompts) can be captured; the routed path waits for the counts
+            # the no-sync paths (grouped kernel, decode all) can be captured; the routed
+            # path waits for the counts
             spec = gpu_experts.spec_of(glyd_block.experts)
-            free = gpu_experts.nosync(spec, t * BLOCKS[name][4], dev)
+            decode_all = gpu_experts.nosync(spec, t * BLOCKS[name][4], dev)
+            grouped = not decode_all and gpu_experts.grouped_kernel(glyd_block.experts, spec, dev)
+            free = decode_all or grouped
             how = "decode + mm" if spec.transposed or layout != "fixed12" else "fused per expert"
-            res["glyd_path"] = ("no-sync: decode all + grouped_mm" if free else
+            res["glyd_path"] = ("no-sync: decode all + grouped_mm" if decode_all else
+                                "no-sync: grouped kernel" if grouped else
                                 f"all-experts, {how}" if spec.all_experts else f"routed, {how}")
             got = run(glyd_block, x)
             res["glyd_rel_err"] = ((got.float() - want.float()).norm() / want.float().norm()).item()

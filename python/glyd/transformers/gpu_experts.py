@@ -5,8 +5,22 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
 
 * ``"experts"(module, *args, **kwargs)`` -- the default (fused) path: replaces
   the forward of a packed experts module whose input is on a CUDA device.
-  Pairs (token, expert) are sorted by expert with one host synchronization (the
-  per-expert counts); for each expert that receives tokens, gate/up and down
+  Three ways, none of which decodes an expert that gets no token:
+
+  - *grouped kernel* (decode steps and short prompts: fewer than
+    ``NOSYNC_PAIRS_PER_EXPERT`` pairs per expert; linear-layout fixed12
+    weights): pairs sorted by expert on the device, offsets by ``histc`` +
+    ``cumsum``, then ONE launch of Glyd's grouped fused kernel
+    (``glyd_gpu_linear_experts``) for gate/up and one for down over all routed
+    experts, each expert's packed weights read once and decoded inside the
+    matmul. No host synchronization: the block can be captured in a CUDA graph.
+  - *no-sync decode-all* (prompts with many pairs per expert): every expert
+    decoded in two launches (``glyd_gpu_decode_experts``), then torch's
+    ``grouped_mm`` over the pairs, offsets on the device.
+  - *routed* (everything else: transposed storage, ``smallest``, DBRX's 2-D
+    weights, or GLYD_MOE_GROUPED=0): pairs sorted by expert with one host
+    synchronization (the per-expert counts); for each expert that receives
+    tokens, gate/up and down
   run as Glyd's fused packed linear (``glyd._gpu.DeviceTensor.linear``: the
   weight is decoded inside the matmul and never written to memory) on that
   expert's rows, written into one buffer for all pairs; the family's own
@@ -61,7 +75,7 @@ from ..errors import InvalidArgumentError
 from . import modules as _m
 
 __all__ = ["experts_forward", "attach", "routed_groups", "decode_groups", "expert_weights",
-           "validate_enabled", "register"]
+           "validate_enabled", "register", "grouped_kernel", "prepare_experts"]
 
 _LOCK = threading.Lock()
 
@@ -136,13 +150,14 @@ class ExpertWeights:
         self._key = None
         self._full = None       # DeviceTensor of all groups (decode)
         self._experts = None    # per-expert single-group DeviceTensors (fused linear)
+        self._grouped = None    # glyd._gpu.DeviceExperts: experts table (one-launch decode, grouped linear)
 
     # -- device tensors --
     def _refresh(self):
         key = self.holder._planes_key()
         if key == self._key:
             return
-        self._full, self._experts, self._key = None, None, key
+        self._full, self._experts, self._grouped, self._key = None, None, None, key
 
     def full(self):
         from .. import _gpu
@@ -153,6 +168,31 @@ class ExpertWeights:
             self._full = _gpu.DeviceTensor(layout=h.layout, shape=h.shape, groups=h.groups, planes=h.planes(),
                                            device=h.device)
         return self._full
+
+    def grouped(self):
+        """The glyd._gpu.DeviceExperts of this tensor (its experts table built
+        once), or None where the experts kernels do not apply (not fixed12/bf16
+        on a GPU, or planes the grouped kernel cannot read aligned)."""
+        from .. import _gpu
+
+        h = self.holder
+        if h.device.type != "cuda" or h.layout != "fixed12" or h.dtype != torch.bfloat16:
+            return None
+        self._refresh()
+        if self._grouped is None:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(
+                    f"glyd: the packed experts {h.attr!r} {h.shape} were never used on {h.device} before this CUDA "
+                    f"graph capture; their experts table must be built outside the capture: run one forward pass "
+                    f"first (warm-up), or load the model with glyd.from_pretrained (attach builds them)")
+            self._grouped = _gpu.DeviceExperts(self.full())
+        return self._grouped
+
+    def grouped_linear_ok(self) -> bool:
+        """True if linear_grouped can run: fused() and shapes the grouped kernel
+        reads with 16-byte loads (K % 16 == 0, every expert 32-element aligned)."""
+        a, b = self.expert_shape
+        return self.fused() and b % 16 == 0 and (a * b) % 32 == 0
 
     def expert(self, e: int):
         """Group e as a one-group DeviceTensor over slices of the planes (no copy)."""
@@ -496,10 +536,32 @@ def nosync(spec: _Spec, pairs: int, device) -> bool:
     return per > 0 and pairs >= per * spec.num_experts
 
 
-def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Tensor, w2: torch.Tensor):
-    """As _routed_forward, with no host synchronization (as transformers' grouped_mm)."""
-    from transformers.integrations.moe import _grouped_linear
+def grouped_kernel(module, spec: _Spec, device) -> bool:
+    """True when the default path runs Glyd's grouped kernel (glyd_gpu_linear_experts):
+    one launch per projection over every routed expert, the routing read on the
+    device, no host synchronization (capturable in CUDA graphs). Used below the
+    nosync() threshold (decode steps, short prompts); weights in the linear
+    layout, fixed12. GLYD_MOE_GROUPED=0 turns it off (then: one host
+    synchronization and one fused call per routed expert)."""
+    if (device.type != "cuda" or spec.kind != "fused" or spec.all_experts or spec.transposed
+            or not spec.num_experts or os.environ.get("GLYD_MOE_GROUPED", "") in ("0", "false", "False")):
+        return False
+    return (expert_weights(module, spec.w_in, False).grouped_linear_ok()
+            and expert_weights(module, "down_proj", False).grouped_linear_ok())
 
+
+def _offsets_for(ew: ExpertWeights, offs: torch.Tensor) -> torch.Tensor:
+    """offs (one entry per expert with weights) for a tensor of ew.num groups:
+    groups past them (LongCat's rows of zero experts) get no rows."""
+    extra = ew.num - offs.numel()
+    return torch.cat([offs, offs[-1:].expand(extra)]) if extra > 0 else offs
+
+
+def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Tensor, w2: torch.Tensor,
+                           grouped: bool = False):
+    """As _routed_forward, with no host synchronization: every expert decoded and
+    torch's grouped_mm (prompts, as transformers' grouped_mm), or, `grouped`,
+    Glyd's grouped kernel reading only the routed experts (few pairs)."""
     T, k = idx2.shape
     H = x.shape[-1]
     E, Z = spec.num_experts, spec.num_total
@@ -516,16 +578,23 @@ def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Ten
     ids_c = ids_sorted.clamp(max=E - 1)
     wi = expert_weights(module, spec.w_in, spec.transposed)
     wd = expert_weights(module, "down_proj", spec.transposed)
-    w_in = decode_groups(wi.holder, None)[:E]
-    proj = _grouped_linear(xs.masked_fill(~real, 0), w_in, offs, is_transposed=spec.transposed)
+    if grouped:
+        proj = wi.grouped().linear(xs, _offsets_for(wi, offs))
+    else:
+        from transformers.integrations.moe import _grouped_linear
+
+        w_in = decode_groups(wi.holder, None)[:E]
+        proj = _grouped_linear(xs.masked_fill(~real, 0), w_in, offs, is_transposed=spec.transposed)
     if spec.bias_in is not None:
         proj = proj + getattr(module, spec.bias_in)[ids_c]
     proj = proj.masked_fill(~real, 0)  # rows past offs[-1] are left uninitialized by grouped_mm
     h = _gate(module, spec, proj)
     if h.dtype != x.dtype:
         h = h.to(x.dtype)
-    w_down = decode_groups(wd.holder, None)
-    d = _grouped_linear(h.contiguous(), w_down, offs, is_transposed=spec.transposed)
+    if grouped:
+        d = wd.grouped().linear(h.contiguous(), _offsets_for(wd, offs))
+    else:
+        d = _grouped_linear(h.contiguous(), decode_groups(wd.holder, None), offs, is_transposed=spec.transposed)
     if spec.bias_out is not None:
         d = d + getattr(module, spec.bias_out)[ids_c]
     wsel = w2.reshape(-1)[perm].float().unsqueeze(-1)
@@ -548,6 +617,8 @@ def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor
     w2 = weights.reshape(T, k)
     if nosync(spec, T * k, x.device):
         return _routed_forward_nosync(module, spec, x, idx2, w2).to(hidden.dtype).view(hidden.shape)
+    if grouped_kernel(module, spec, x.device):
+        return _routed_forward_nosync(module, spec, x, idx2, w2, grouped=True).to(hidden.dtype).view(hidden.shape)
     perm, ids_sorted, counts = _route(module, idx2, spec.num_total)
     n_real = sum(counts[:spec.num_experts])
     n_zero = sum(counts[spec.num_experts:spec.num_total])
@@ -647,7 +718,7 @@ def experts_forward(module, *args, **kwargs):
 
 def path_of(module, args, kwargs) -> str:
     """Which default path experts_forward takes for this call: "grouped" (JetMoE,
-    Aria), "all-experts" (Llama 4), "routed", "nosync", or "exact" (fallback:
+    Aria), "all-experts" (Llama 4), "grouped-kernel", "routed", "nosync", or "exact" (fallback:
     unsupported dtype or layout)."""
     x = args[0]
     spec = spec_of(module)
@@ -661,7 +732,9 @@ def path_of(module, args, kwargs) -> str:
         idx, _ = _routing_args(module, args, kwargs)
         if idx is None:
             return "exact"
-        return "nosync" if nosync(spec, idx.numel(), x.device) else "routed"
+        if nosync(spec, idx.numel(), x.device):
+            return "nosync"
+        return "grouped-kernel" if grouped_kernel(module, spec, x.device) else "routed"
     return "exact"
 
 
@@ -776,7 +849,11 @@ def decode_groups(holder, groups) -> torch.Tensor:
     holder.__dict__.setdefault("_glyd_ew", ew)
     n = holder.num_groups
     if groups is None:
-        ew.full().decode(out=buf)
+        de = ew.grouped()
+        if de is not None:
+            de.decode(out=buf)
+        else:
+            ew.full().decode(out=buf)
         return buf
     # Eager experts loops read the weight once per routed expert within one call:
     # decode the call's experts once (the same groups object for the whole call).
@@ -824,6 +901,26 @@ def attach(model) -> None:
         if spec_of(child).kind != "glu2d" or _nparams(type(m).forward) != 3:
             continue
         m.forward = types.MethodType(_dbrx_forward, m)
+    prepare_experts(model)
+
+
+def prepare_experts(model) -> int:
+    """Build the experts table of every packed experts module of `model` that the
+    grouped kernel runs (before any CUDA graph capture; attach() calls it at
+    load). Returns how many tensors got one."""
+    n = 0
+    for _, m in _m.iter_packed_modules(model):
+        if not isinstance(m, _m.GlydExperts):
+            continue
+        spec = spec_of(m)
+        if spec.kind != "fused" or spec.all_experts or spec.transposed:
+            continue
+        for attr in (spec.w_in, "down_proj"):
+            ew = expert_weights(m, attr, False)
+            if ew.grouped_linear_ok():
+                ew.grouped()
+                n += 1
+    return n
 
 
 # ---- registration --------------------------------------------------------------------------------

@@ -3,10 +3,22 @@
 A packed ``nn.Linear`` (:class:`glyd.transformers.modules.GlydLinear`) whose
 input is on a CUDA device calls :func:`linear_forward`. Two paths (D9):
 
-* default (``module.exact`` False), fixed12 bf16 weight: Glyd's fused kernel
-  (``glyd_gpu_linear``) reads the packed planes and decodes them inside the
-  matmul; the bf16 weight is never written to memory. Results are within bf16
-  rounding of the bf16 model and deterministic.
+* default (``module.exact`` False), fixed12 bf16 weight: the packed planes are
+  read and decoded on the GPU as part of the matmul, the whole bf16 weight is
+  never written to memory. Results are within bf16 rounding of the bf16 model
+  and deterministic. Which kernels run depends on the rows of the input
+  (tokens), the choice of ``glyd._gpu.DeviceTensor.linear`` (one
+  implementation for both):
+
+  - below ``glyd._gpu.PROMPT_ROWS`` (256; decode steps, small batches): Glyd's
+    fused kernel (``glyd_gpu_linear``) decodes the weight in registers inside
+    the matmul;
+  - from ``PROMPT_ROWS`` rows on (prompts): the weight is decoded a tile of
+    rows at a time (``glyd_gpu_decode_rows``, bit-exact) into a workspace small
+    enough to stay in L2 (a quarter of it), and each tile is multiplied by
+    cuBLAS (``torch.mm`` / ``torch.addmm`` into its column slice of the
+    output). ``GLYD_PROMPT_ROWS`` (0 = never) and ``GLYD_PROMPT_TILE_MB``
+    change the threshold and the tile size.
 * ``exact=True`` (and layouts without a fused kernel, ``smallest``): the
   weight is decoded to bf16 just in time into a temporary buffer from torch's
   caching allocator (decode kernel, bit-exact), then the very op of the bf16
@@ -30,8 +42,9 @@ A GlydLinear that was never prepared (no handle yet) costs one graph break
 the first time it is traced.
 
 CUDA graphs: both paths are capturable. A call enqueues kernels on the current
-stream, allocates only its output (and, for split-K, a workspace; for exact,
-the decoded weight) from torch's caching allocator, and never synchronizes
+stream, allocates only its output (and, for split-K, a workspace; for the
+prompt path, one weight tile; for exact, the decoded weight) from torch's
+caching allocator, and never synchronizes
 with the host. A weight's device state (the escape index the fused kernel
 reads) is built once, outside any capture: at load (``prepare``, run by the
 ``attach`` hook of a loaded model) or at the first eager call; a call inside a
@@ -206,6 +219,9 @@ def _fused(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tenso
         bias = bias.contiguous()
     rows = x2.shape[0]
     out = torch.empty((*x.shape[:-1], n), dtype=torch.bfloat16, device=x.device)
+    if rows and dt.prompt_path(rows):  # prompts: decode tiles + cuBLAS (the one implementation, _gpu)
+        dt.linear_tiles(x2, bias, out.view(rows, n))
+        return out
     need = st.workspace_bound(rows) if rows else 0
     ws = torch.empty(need, dtype=torch.uint8, device=x.device) if need else None
     dev = dt.device

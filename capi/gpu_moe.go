@@ -1,0 +1,77 @@
+package main
+
+// The experts (mixture of experts) exports of the C ABI: glyd_gpu_*experts*
+// of include/glyd.h, wrapped by gpu.c.
+
+/*
+#include "glyd.h"
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/glyd/glyd/core/gpu"
+	"github.com/glyd/glyd/core/status"
+)
+
+//export glydgo_gpu_experts_table_bytes
+func glydgo_gpu_experts_table_bytes(w *C.glyd_gpu_tensor, bytes *C.size_t) (rc C.int) {
+	defer guard(&rc)
+	if bytes == nil {
+		return fail(errArg("bytes is NULL"))
+	}
+	d, err := gpuTensor(w)
+	if err != nil {
+		return fail(err)
+	}
+	n, err := gpu.ExpertsTableBytes(d)
+	if err != nil {
+		return fail(err)
+	}
+	*bytes = C.size_t(n)
+	return C.int(status.OK)
+}
+
+//export glydgo_gpu_build_experts_table
+func glydgo_gpu_build_experts_table(device C.int, stream unsafe.Pointer, w *C.glyd_gpu_tensor, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
+	defer guard(&rc)
+	d, err := gpuTensor(w)
+	if err != nil {
+		return fail(err)
+	}
+	need, err := gpu.ExpertsTableBytes(d)
+	if err != nil {
+		return fail(err)
+	}
+	if uint64(dstBytes) < need {
+		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_build_experts_table: dst_bytes %d < %d", dstBytes, need))
+	}
+	return result(gpu.BuildExpertsTable(int(device), uintptr(stream), d, uintptr(dst)))
+}
+
+//export glydgo_gpu_decode_experts
+func glydgo_gpu_decode_experts(device C.int, stream unsafe.Pointer, w *C.glyd_gpu_tensor, table unsafe.Pointer, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
+	defer guard(&rc)
+	d, err := gpuTensor(w)
+	if err != nil {
+		return fail(err)
+	}
+	if need := 2 * d.Elements(gpu.AllGroups); uint64(dstBytes) < need {
+		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_decode_experts: dst_bytes %d < %d", dstBytes, need))
+	}
+	return result(gpu.DecodeExperts(int(device), uintptr(stream), d, uintptr(table), uintptr(dst)))
+}
+
+//export glydgo_gpu_linear_experts
+func glydgo_gpu_linear_experts(device C.int, stream unsafe.Pointer, x unsafe.Pointer, rows C.int64_t, w *C.glyd_gpu_tensor, table, offsets, bias, y unsafe.Pointer) (rc C.int) {
+	defer guard(&rc)
+	d, err := gpuTensor(w)
+	if err != nil {
+		return fail(err)
+	}
+	if rows < 0 || rows > 1<<40 {
+		return fail(errArg("rows %d out of range", rows))
+	}
+	return result(gpu.LinearExperts(int(device), uintptr(stream), uintptr(x), int64(rows), d, uintptr(table), uintptr(offsets), uintptr(bias), uintptr(y)))
+}

@@ -1,0 +1,265 @@
+package gpu
+
+/*
+#include "driver.h"
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/glyd/glyd/core/codec"
+	"github.com/glyd/glyd/core/status"
+)
+
+// Experts tensors: a packed [E, N, K] (or [E*N, K]) tensor with one group per
+// expert, fixed12. Its experts table (device memory, built once by
+// BuildExpertsTable) lists every expert's plane addresses and escape index,
+// so the kernels of kernels/moe.cu cover all experts in one launch and read
+// the routing on the device.
+
+// entrySize is sizeof(glyd_expert); the table starts with E entries.
+const entrySize = uint64(unsafe.Sizeof(C.glyd_expert{}))
+
+// expertDims returns (E, N, K) of an experts tensor: E groups of N rows of
+// the matrix [product of all but the last dimension, K] each.
+func expertDims(t *DeviceTensor) (e, n, k int64, err error) {
+	if err = t.validate(); err != nil {
+		return
+	}
+	if t.Layout != codec.Fixed12 {
+		err = status.Errorf(status.Unsupported, "gpu: experts kernels take fixed12 tensors, not layout %d", t.Layout)
+		return
+	}
+	if len(t.Shape) < 2 {
+		err = status.Errorf(status.InvalidArgument, "gpu: experts tensor must have >= 2 dimensions, have %v", t.Shape)
+		return
+	}
+	k = t.Shape[len(t.Shape)-1]
+	rows := int64(1)
+	for _, d := range t.Shape[:len(t.Shape)-1] {
+		rows *= d
+	}
+	e = int64(len(t.Groups))
+	if rows%e != 0 {
+		err = status.Errorf(status.InvalidArgument, "gpu: %d groups do not split the %d rows of %v into experts", e, rows, t.Shape)
+		return
+	}
+	n = rows / e
+	for i := range t.Groups {
+		if t.Groups[i].Elements != uint64(n*k) {
+			err = status.Errorf(status.InvalidArgument, "gpu: group %d has %d elements, an expert of %v has %d", i, t.Groups[i].Elements, t.Shape, n*k)
+			return
+		}
+		if t.Groups[i].Escapes >= 1<<32 || k >= 1<<31 {
+			err = status.Errorf(status.Unsupported, "gpu: group %d: %d escapes, K=%d: the escape index holds 32-bit positions", i, t.Groups[i].Escapes, k)
+			return
+		}
+	}
+	return
+}
+
+// safeExperts reports whether the fused kernel must zero the exponents of
+// escapes for some expert (base + 15 would be Inf/NaN or carry), which then
+// applies to all (one kernel per launch).
+func safeExperts(t *DeviceTensor) bool {
+	for i := range t.Groups {
+		if t.Groups[i].Base >= 240 {
+			return true
+		}
+	}
+	return false
+}
+
+func align16(n uint64) uint64 { return (n + 15) &^ 15 }
+
+// expertsLayout returns the table size and, per expert, the offset of its
+// escape index in the table (0 for experts without escapes).
+func expertsLayout(t *DeviceTensor, n int64) (uint64, []uint64) {
+	off := make([]uint64, len(t.Groups))
+	size := align16(entrySize * uint64(len(t.Groups)))
+	for i := range t.Groups {
+		if esc := t.Groups[i].Escapes; esc > 0 {
+			off[i] = size
+			size += escRowsBytes(n) + 8*esc
+		}
+	}
+	return size, off
+}
+
+// ExpertsTableBytes is the size of t's experts table: E entries, then the
+// escape index (EscapeIndexBytes of the expert's matrix) of every expert that
+// has escapes.
+func ExpertsTableBytes(t *DeviceTensor) (uint64, error) {
+	_, n, _, err := expertDims(t)
+	if err != nil {
+		return 0, err
+	}
+	size, _ := expertsLayout(t, n)
+	return size, nil
+}
+
+// BuildExpertsTable writes t's experts table at dst (ExpertsTableBytes bytes,
+// 16-byte aligned) on the caller's stream: the escape index kernels of every
+// expert, then the entries copied from the host (not capturable in a CUDA
+// graph; run it when the planes are placed).
+func BuildExpertsTable(dev int, stream uintptr, t *DeviceTensor, dst uintptr) error {
+	_, n, k, err := expertDims(t)
+	if err != nil {
+		return err
+	}
+	if dst == 0 || dst%16 != 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: experts table destination must be 16-byte aligned and not nil")
+	}
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	_, off := expertsLayout(t, n)
+	safe := safeExperts(t)
+	entries := make([]C.glyd_expert, len(t.Groups))
+	for i := range t.Groups {
+		p := groupParams(t, i)
+		en := &entries[i]
+		en.sm, en.code, en.escidx, en.escexp = p.sm, p.code, p.escidx, p.escexp
+		en.escapes = p.escapes
+		en.base = p.base
+		if !safe {
+			en.ebase = p.base + 15
+		}
+		if t.Groups[i].Escapes == 0 {
+			en.escidx, en.escexp = 0, 0
+			continue
+		}
+		rows := uint64(dst) + off[i]
+		p.dst = C.glyd_u64(rows)
+		p.escrecs = C.glyd_u64(rows + escRowsBytes(n))
+		p.N = C.glyd_i64(n)
+		p.K = C.glyd_i64(k)
+		en.escrows, en.escrecs = p.dst, p.escrecs
+		if err := launch(dev, kEscapeRows, gridFor(uint64(n+1), 256, 1<<30), 1, 1, 256, 0, stream, &p); err != nil {
+			return err
+		}
+		if err := launch(dev, kEscapeRecords, gridFor(t.Groups[i].Escapes, 256, d.info.SMs*8), 1, 1, 256, 0, stream, &p); err != nil {
+			return err
+		}
+	}
+	return copyHtoD(dev, stream, uint64(dst), unsafe.Pointer(&entries[0]), entrySize*uint64(len(entries)))
+}
+
+// DecodeExperts writes every expert of t to dst (bf16, Elements(AllGroups)*2
+// bytes), the bits of Decode(t, AllGroups), in two launches whatever E is.
+// table: t's experts table. Experts whose planes or outputs are not aligned
+// for the vector kernel go through Decode.
+func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr) error {
+	e, n, k, err := expertDims(t)
+	if err != nil {
+		return err
+	}
+	if dst == 0 && n*k > 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: nil destination")
+	}
+	if table == 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: nil experts table (BuildExpertsTable)")
+	}
+	per := uint64(n * k)
+	aligned := per%8 == 0 && uint64(dst)%16 == 0
+	var maxEsc uint64
+	for i := range t.Groups {
+		sm := uint64(t.Planes[codec.PlaneSM]) + t.Groups[i].Offsets[codec.PlaneSM]
+		cd := uint64(t.Planes[codec.PlaneCode]) + t.Groups[i].Offsets[codec.PlaneCode]
+		aligned = aligned && sm%8 == 0 && cd%4 == 0
+		if t.Groups[i].Escapes > maxEsc {
+			maxEsc = t.Groups[i].Escapes
+		}
+	}
+	if per == 0 {
+		return nil
+	}
+	if !aligned || e > 65535 {
+		return Decode(dev, stream, t, AllGroups, dst)
+	}
+	if _, err := load(dev); err != nil {
+		return err
+	}
+	var p C.glyd_kparams
+	p.experts = C.glyd_u64(table)
+	p.num_experts = C.glyd_i64(e)
+	p.n = C.glyd_u64(per)
+	p.dst = C.glyd_u64(dst)
+	if err := launch(dev, kDecodeF12Groups, gridFor(per/8, 256*12, 1<<16-1), uint32(e), 1, 256, 0, stream, &p); err != nil {
+		return err
+	}
+	if maxEsc == 0 {
+		return nil
+	}
+	return launch(dev, kEscapeScatterGroups, gridFor(maxEsc, 256, 1<<16-1), uint32(e), 1, 256, 0, stream, &p)
+}
+
+// expertsConfig is the tile configuration of the grouped kernel
+// (glyd_lin_f12g_m1n1w1k8u1: linear_f12 with 16 rows, 8 warps splitting K).
+var expertsConfig = linConfig{1, 1, 1, 8, 1, false}
+
+// LinearExperts computes, for every expert e, y[r] = x[r]·W[e]ᵀ (+ bias[e])
+// over the rows r of expert e, in one launch:
+//
+//	x    bf16 [rows, K], rows sorted by expert     w   experts tensor [E, N, K]
+//	offs int32 [E] cumulative end rows (device)    bias bf16 [E, N] or 0
+//	y    bf16 [rows, N]
+//
+// Rows past offs[E-1] are not written. Math as Linear. Needs K % 16 == 0 and
+// 16-byte aligned x and expert planes (UNSUPPORTED otherwise: run Linear per
+// expert).
+func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTensor, table, offs, bias, y uintptr) error {
+	e, n, k, err := expertDims(w)
+	if err != nil {
+		return err
+	}
+	if rows < 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: rows %d < 0", rows)
+	}
+	if rows == 0 || n == 0 {
+		return nil
+	}
+	if x == 0 || y == 0 || offs == 0 || table == 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: nil x, y, offsets or experts table")
+	}
+	if k == 0 || k%16 != 0 || x%16 != 0 {
+		return status.Errorf(status.Unsupported, "gpu: the grouped kernel needs K %% 16 == 0 and 16-byte aligned x (K=%d)", k)
+	}
+	for i := range w.Groups {
+		sm := uint64(w.Planes[codec.PlaneSM]) + w.Groups[i].Offsets[codec.PlaneSM]
+		cd := uint64(w.Planes[codec.PlaneCode]) + w.Groups[i].Offsets[codec.PlaneCode]
+		if sm%16 != 0 || cd%16 != 0 {
+			return status.Errorf(status.Unsupported, "gpu: expert %d's planes are not 16-byte aligned (N*K %% 32 != 0)", i)
+		}
+	}
+	gy := (n + 15) / 16
+	gz := e
+	if rows < gz {
+		gz = rows
+	}
+	if gy > 65535 || gz > 65535 {
+		return status.Errorf(status.Unsupported, "gpu: %d weight rows x %d experts is too large for one launch", n, e)
+	}
+	if _, err := load(dev); err != nil {
+		return err
+	}
+	var p C.glyd_kparams
+	p.experts = C.glyd_u64(table)
+	p.offs = C.glyd_u64(offs)
+	p.num_experts = C.glyd_i64(e)
+	p.x = C.glyd_u64(x)
+	p.y = C.glyd_u64(y)
+	p.bias = C.glyd_u64(bias)
+	p.rows = C.glyd_i64(rows)
+	p.N = C.glyd_i64(n)
+	p.K = C.glyd_i64(k)
+	p.splits = 1
+	kidx := kLinGrouped
+	if safeExperts(w) {
+		kidx = kLinGroupedSafe
+	}
+	c := expertsConfig
+	return launch(dev, kidx, 1, uint32(gy), uint32(gz), uint32(c.threads()), uint32(c.smem()), stream, &p)
+}

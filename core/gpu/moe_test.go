@@ -1,0 +1,98 @@
+package gpu
+
+import (
+	"testing"
+
+	"github.com/glyd/glyd/core/codec"
+	"github.com/glyd/glyd/core/status"
+)
+
+// experts builds an experts DeviceTensor over fake device addresses from a
+// real packing of e experts of n x k (the host side never dereferences them).
+func experts(t *testing.T, e, n, k int, layout codec.Layout) *DeviceTensor {
+	t.Helper()
+	src := make([]uint16, e*n*k)
+	for i := range src {
+		src[i] = 0x3c00 + uint16(i%97) // ordinary weights
+	}
+	for i := 0; i < k; i++ {
+		src[i] = 0 // a row of exact zeros: k escapes in expert 0
+	}
+	p, err := codec.Pack(src, codec.BF16, []int64{int64(e), int64(n), int64(k)}, codec.Options{Layout: layout, Groups: e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &DeviceTensor{Layout: layout, DType: codec.BF16, Shape: p.Shape, Groups: p.Groups}
+	for pl := 0; pl < codec.NumPlanes; pl++ {
+		if len(p.Planes[pl]) > 0 {
+			d.Planes[pl] = uintptr(1<<24) * uintptr(pl+1)
+		}
+	}
+	return d
+}
+
+func TestExpertsTableBytes(t *testing.T) {
+	d := experts(t, 4, 32, 64, codec.Fixed12)
+	got, err := ExpertsTableBytes(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := align16(entrySize * 4)
+	for _, g := range d.Groups {
+		if g.Escapes > 0 {
+			want += escRowsBytes(32) + 8*g.Escapes
+		}
+	}
+	if d.Groups[0].Escapes < 64 || got != want {
+		t.Fatalf("table bytes %d, want %d (escapes of expert 0: %d)", got, want, d.Groups[0].Escapes)
+	}
+	if entrySize != 64 {
+		t.Fatalf("sizeof(glyd_expert) = %d, kernels/moe.cu and docs assume 64", entrySize)
+	}
+}
+
+func TestExpertsErrors(t *testing.T) {
+	d := experts(t, 4, 32, 64, codec.Smallest)
+	if _, err := ExpertsTableBytes(d); status.CodeOf(err) != status.Unsupported {
+		t.Fatalf("smallest: %v", err)
+	}
+	d = experts(t, 4, 32, 64, codec.Fixed12)
+	d.Shape = []int64{4 * 32 * 64}
+	if _, err := ExpertsTableBytes(d); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("1-D: %v", err)
+	}
+	d.Shape = []int64{2, 64 * 64} // 2 rows cannot hold 4 experts
+	if _, err := ExpertsTableBytes(d); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("rows not divisible: %v", err)
+	}
+	d = experts(t, 4, 32, 64, codec.Fixed12)
+	if err := BuildExpertsTable(0, 0, d, 8); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("misaligned table: %v", err)
+	}
+	if err := LinearExperts(0, 0, 1024, -1, d, 4096, 4096, 0, 8192); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("negative rows: %v", err)
+	}
+	if err := LinearExperts(0, 0, 1024, 0, d, 4096, 4096, 0, 8192); err != nil {
+		t.Fatalf("no rows is a no-op: %v", err)
+	}
+	if err := LinearExperts(0, 0, 1024, 4, d, 0, 4096, 0, 8192); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("nil table: %v", err)
+	}
+	if err := LinearExperts(0, 0, 1032, 4, d, 4096, 4096, 0, 8192); status.CodeOf(err) != status.Unsupported {
+		t.Fatalf("misaligned x: %v", err)
+	}
+	if err := DecodeExperts(0, 0, d, 0, 8192); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("nil table: %v", err)
+	}
+	if Init() != nil { // no driver: the device calls say so
+		if err := LinearExperts(0, 0, 1024, 4, d, 4096, 4096, 0, 8192); status.CodeOf(err) != status.NoGPU {
+			t.Fatalf("LinearExperts without a GPU: %v", err)
+		}
+		if err := DecodeExperts(0, 0, d, 4096, 8192); status.CodeOf(err) != status.NoGPU {
+			t.Fatalf("DecodeExperts without a GPU: %v", err)
+		}
+		if err := BuildExpertsTable(0, 0, d, 4096); status.CodeOf(err) != status.NoGPU {
+			t.Fatalf("BuildExpertsTable without a GPU: %v", err)
+		}
+	}
+}

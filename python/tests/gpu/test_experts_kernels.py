@@ -1,0 +1,181 @@
+"""The experts kernels (kernels/moe.cu) against the Go reference.
+
+glyd._gpu.DeviceExperts: every expert decoded in one launch must give the bits
+of glyd.unpack; the grouped fused linear must match, per expert, the fp32
+product of its rows and the reference-decoded expert within LINEAR_TOL, write
+no row outside the routed ones, and survive bad offsets without a fault.
+Outputs are poisoned with NaN before each call. Skipped cleanly without a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import glyd
+
+pytestmark = pytest.mark.gpu
+
+_gpu = pytest.importorskip("glyd._gpu")
+
+if not torch.cuda.is_available() or not _gpu.available():
+    pytest.skip("no CUDA GPU (or libglyd finds no driver)", allow_module_level=True)
+
+from test_kernels import LINEAR_TOL, bits, weights  # noqa: E402  (same folder: pytest puts it on sys.path)
+
+DEV = torch.device("cuda", 0)
+
+
+def experts(e, n, k, seed, zero_expert_rows=True):
+    w = weights((e, n, k), seed=seed)
+    if zero_expert_rows:
+        w[0, :2] = 0.0  # whole rows of escapes
+        w[e - 1, n - 1, ::3] = 0.0
+    p = glyd.pack(w, groups=e)
+    return w, p, _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV))
+
+
+@pytest.mark.parametrize("shape", [(4, 48, 64), (8, 16, 40), (3, 5, 7), (1, 32, 128), (16, 96, 256)])
+def test_decode_experts_bit_exact(shape):
+    w, p, de = experts(*shape, seed=sum(shape))
+    ref = glyd.unpack(p)
+    assert torch.equal(bits(ref), bits(w))
+    out = torch.full(w.shape, float("nan"), dtype=torch.bfloat16, device=DEV)
+    de.decode(out=out)
+    torch.cuda.synchronize()
+    bad = (bits(out.cpu()) != bits(ref)).nonzero()
+    assert bad.numel() == 0, f"{bad.shape[0]} elements differ, first at {bad[:5].tolist()}"
+
+
+def route(counts, tail=0):
+    """offsets (int32, device) for rows grouped by expert with `counts`, plus
+    `tail` trailing rows routed nowhere."""
+    offs = torch.tensor(counts, dtype=torch.int64).cumsum(0).to(torch.int32).to(DEV)
+    return offs, sum(counts) + tail
+
+
+def check(w, de, counts, tail=0, bias=False, seed=0, xscale=1.0):
+    e, n, k = w.shape
+    offs, rows = route(counts, tail)
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    x = (torch.randn(rows, k, generator=g, device=DEV) * xscale).to(torch.bfloat16)
+    b = (torch.randn(e, n, generator=g, device=DEV) * 0.1).to(torch.bfloat16) if bias else None
+    y = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device=DEV)
+    de.linear(x, offs, bias=b, out=y)
+    wd = w.to(DEV)
+    torch.cuda.synchronize()
+    s = 0
+    for ex, c in enumerate(counts):
+        if c:
+            ref = x[s:s + c].float() @ wd[ex].float().T
+            if b is not None:
+                ref += b[ex].float()
+            got = y[s:s + c].float()
+            assert not torch.isnan(got).any(), f"expert {ex}: rows not written"
+            lim = LINEAR_TOL * (ref.abs() + ref.pow(2).mean().sqrt())
+            worst = ((got - ref).abs() / lim).max().item()
+            assert worst <= 1.0, f"expert {ex} ({c} rows): error {worst:.2f} x tolerance"
+        s += c
+    if tail:
+        assert torch.isnan(y[s:]).all(), "rows routed nowhere were written"
+    y2 = torch.full_like(y, float("nan"))
+    de.linear(x, offs, bias=b, out=y2)
+    torch.cuda.synchronize()
+    assert torch.equal(bits(y[:s]), bits(y2[:s])), "not deterministic"
+    return y
+
+
+@pytest.mark.parametrize("counts", [
+    [1, 0, 0, 0, 0, 0, 0, 0],             # one token, top-1
+    [0, 1, 1, 0, 1, 0, 0, 1],             # top-4 of one token
+    [3, 0, 9, 1, 0, 17, 0, 8],            # several 8-row tiles per expert
+    [0, 0, 0, 0, 0, 0, 0, 0],             # nothing routed
+    [40, 40, 40, 40, 40, 40, 40, 40],     # a prompt
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_experts(counts, bias):
+    w, _, de = experts(8, 80, 192, seed=len(counts) + sum(counts))
+    check(w, de, counts, tail=3, bias=bias)
+
+
+def test_linear_experts_shapes_not_tile_multiples():
+    w, _, de = experts(5, 37, 48, seed=3)        # 37 rows: a partial 16-row tile
+    check(w, de, [2, 0, 11, 1, 5])
+    w, _, de = experts(130, 32, 64, seed=4)      # several 32-expert ballots in one scan pass
+    counts = [0] * 130
+    for e_ in (0, 31, 32, 63, 64, 100, 128, 129):
+        counts[e_] = 1 + e_ % 3
+    check(w, de, counts)
+    w, _, de = experts(300, 16, 32, seed=5)      # > 256 experts: several scan passes
+    counts = [0] * 300
+    for e_ in (3, 255, 256, 257, 299):
+        counts[e_] = 2
+    check(w, de, counts)
+
+
+def test_linear_experts_safe_variant():
+    # one expert with base >= 240: every expert runs the _safe kernel (escapes decoded as 0)
+    g = torch.Generator().manual_seed(14)
+    e_ = torch.randint(241, 255, (32, 64), generator=g)
+    sm = torch.randint(0, 256, (32, 64), generator=g)
+    big = (((sm & 0x80) << 8) | (e_ << 7) | (sm & 0x7F)).to(torch.int32).to(torch.int16).view(torch.bfloat16)
+    big.view(-1)[::53] = 0.0
+    w = weights((3, 32, 64), seed=15) * 2.0**-110
+    w[1] = big
+    p = glyd.pack(w.contiguous(), groups=3)
+    assert max(gr.base for gr in p.groups) >= 240
+    de = _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV))
+    check(w, de, [0, 5, 0], xscale=2.0**-120)
+    check(w, de, [2, 0, 3])
+
+
+def test_bad_offsets_do_not_fault():
+    w, _, de = experts(4, 32, 64, seed=6)
+    x = torch.randn(10, 64, device=DEV).to(torch.bfloat16)
+    y = torch.zeros(10, 32, dtype=torch.bfloat16, device=DEV)
+    for offs in ([5, 3, 20, -7], [2**31 - 1, -2**31, 4, 4], [10, 10, 10, 10]):
+        de.linear(x, torch.tensor(offs, dtype=torch.int32, device=DEV), out=y)
+    torch.cuda.synchronize()  # no illegal address
+
+
+def test_argument_errors():
+    w, _, de = experts(4, 32, 64, seed=7)
+    x = torch.randn(6, 64, device=DEV).to(torch.bfloat16)
+    offs = torch.tensor([1, 2, 3, 6], dtype=torch.int32, device=DEV)
+    with pytest.raises(glyd.InvalidArgumentError, match="x must be"):
+        de.linear(x.float(), offs)
+    with pytest.raises(glyd.InvalidArgumentError, match="offsets"):
+        de.linear(x, offs.long())
+    with pytest.raises(glyd.InvalidArgumentError, match="offsets"):
+        de.linear(x, offs[:3])
+    with pytest.raises(glyd.InvalidArgumentError, match="bias"):
+        de.linear(x, offs, bias=torch.zeros(4, 31, dtype=torch.bfloat16, device=DEV))
+    with pytest.raises(glyd.InvalidArgumentError, match="out"):
+        de.linear(x, offs, out=torch.empty(6, 31, dtype=torch.bfloat16, device=DEV))
+    p = glyd.pack(weights((4, 32, 64), seed=8), layout="smallest", groups=4)
+    with pytest.raises(glyd.InvalidArgumentError, match="fixed12"):
+        _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV))
+
+
+def test_graph_capture_new_routing():
+    w, _, de = experts(8, 64, 128, seed=9)
+    rows = 8
+    x = torch.empty(rows, 128, dtype=torch.bfloat16, device=DEV)
+    offs = torch.empty(8, dtype=torch.int32, device=DEV)
+    y = torch.empty(rows, 64, dtype=torch.bfloat16, device=DEV)
+    x.copy_(torch.randn(rows, 128, device=DEV))
+    offs.copy_(torch.tensor([1, 1, 3, 3, 3, 6, 7, 8], dtype=torch.int32))
+    de.linear(x, offs, out=y)  # warm-up
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        de.linear(x, offs, out=y)
+    for trial, counts in enumerate(([0, 0, 8, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1], [0, 3, 0, 0, 2, 0, 0, 3])):
+        x.copy_(torch.randn(rows, 128, device=DEV))
+        offs.copy_(torch.tensor(counts, dtype=torch.int64).cumsum(0).to(torch.int32))
+        y.fill_(float("nan"))
+        graph.replay()
+        want = torch.empty_like(y)
+        de.linear(x, offs, out=want)
+        torch.cuda.synchronize()
+        assert torch.equal(bits(y), bits(want)), f"replay {trial} differs from an eager call"

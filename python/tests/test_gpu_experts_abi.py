@@ -1,0 +1,98 @@
+"""The experts C ABI (glyd_gpu_*experts*) without a GPU: sizes and argument
+checks need only the metadata, and the device calls answer NoGPUError on a
+machine without a driver (never a crash)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+import glyd
+from glyd import _gpu, _lib
+from glyd.errors import InvalidArgumentError, NoGPUError, UnsupportedError
+from glyd.tensor import PLANE_NAMES
+
+FAKE = 1 << 20  # a device address that is never dereferenced
+
+
+def gpu_tensor(p, shape=None):
+    """A glyd_gpu_tensor over p's metadata with fake, 256-aligned plane addresses."""
+    c = _gpu.GpuTensor()
+    c.layout = _gpu.LAYOUT_FIXED12 if p.layout == "fixed12" else _gpu.LAYOUT_SMALLEST
+    c.dtype = _gpu.DTYPE_BF16
+    shape = p.shape if shape is None else shape
+    c.ndim = len(shape)
+    for i, s in enumerate(shape):
+        c.shape[i] = s
+    garr = (_lib.Group * len(p.groups))(*[g._to_c() for g in p.groups])
+    c.groups = ctypes.cast(garr, ctypes.POINTER(_lib.Group))
+    c.num_groups = len(p.groups)
+    for i, name in enumerate(PLANE_NAMES):
+        c.planes[i] = FAKE * (i + 1) if p.planes[name].numel() else None
+    return c, garr
+
+
+def packed_experts(e=4, n=32, k=64, layout="fixed12"):
+    w = (torch.randn(e, n, k) * 0.02).to(torch.bfloat16)
+    w[0, 0] = 0.0  # a row of escapes
+    return glyd.pack(w, layout=layout, groups=e)
+
+
+def table_bytes(c):
+    n = ctypes.c_size_t()
+    _lib.check(_gpu._gpu().glyd_gpu_experts_table_bytes(ctypes.byref(c), ctypes.byref(n)))
+    return n.value
+
+
+def test_table_bytes():
+    p = packed_experts()
+    c, _keep = gpu_tensor(p)
+    want = (64 * 4 + 15) // 16 * 16  # one 64-byte entry per expert
+    for g in p.groups:
+        if g.escapes:
+            want += (4 * 33 + 7) // 8 * 8 + 8 * g.escapes  # row ranges of 32 rows + records
+    assert p.groups[0].escapes >= 64
+    assert table_bytes(c) == want
+    c2, _keep2 = gpu_tensor(p, shape=(4 * 32, 64))  # [E*N, K] is the same tensor
+    assert table_bytes(c2) == want
+
+
+def test_table_bytes_errors():
+    c, _keep = gpu_tensor(packed_experts(layout="smallest"))
+    with pytest.raises(UnsupportedError, match="fixed12"):
+        table_bytes(c)
+    p = packed_experts(e=4, n=2, k=16)
+    c, _keep = gpu_tensor(p, shape=(128,))
+    with pytest.raises(InvalidArgumentError, match="dimensions"):
+        table_bytes(c)
+    c, _keep = gpu_tensor(p)
+    with pytest.raises(InvalidArgumentError, match="NULL"):
+        _lib.check(_gpu._gpu().glyd_gpu_experts_table_bytes(ctypes.byref(c), None))
+
+
+def test_device_calls_without_gpu():
+    if _gpu.available():
+        pytest.skip("a GPU is present: tests/gpu/test_experts_kernels.py covers it")
+    lib = _gpu._gpu()
+    p = packed_experts()
+    c, _keep = gpu_tensor(p)
+    with pytest.raises(NoGPUError):
+        _lib.check(lib.glyd_gpu_build_experts_table(0, None, ctypes.byref(c), FAKE, 1 << 20))
+    with pytest.raises(NoGPUError):
+        _lib.check(lib.glyd_gpu_decode_experts(0, None, ctypes.byref(c), FAKE, FAKE, 1 << 20))
+    with pytest.raises(NoGPUError):
+        _lib.check(lib.glyd_gpu_linear_experts(0, None, FAKE, 8, ctypes.byref(c), FAKE, FAKE, None, FAKE))
+
+
+def test_buffer_checks_come_first():
+    lib = _gpu._gpu()
+    p = packed_experts()
+    c, _keep = gpu_tensor(p)
+    with pytest.raises(InvalidArgumentError, match="dst_bytes"):  # GLYD_ERR_BUFFER_TOO_SMALL
+        _lib.check(lib.glyd_gpu_build_experts_table(0, None, ctypes.byref(c), FAKE, 16))
+    with pytest.raises(InvalidArgumentError, match="dst_bytes"):
+        _lib.check(lib.glyd_gpu_decode_experts(0, None, ctypes.byref(c), FAKE, FAKE, 100))
+    with pytest.raises(InvalidArgumentError, match="rows"):
+        _lib.check(lib.glyd_gpu_linear_experts(0, None, FAKE, -1, ctypes.byref(c), FAKE, FAKE, None, FAKE))
