@@ -67,9 +67,15 @@ int glyd_gpu_decode_experts(int device, void *stream, const glyd_gpu_tensor *w, 
     return glydgo_gpu_decode_experts(device, stream, (glyd_gpu_tensor *)w, (void *)table, dst,
                                      dst_bytes);
 }
+int glyd_gpu_experts_workspace_bound(const glyd_gpu_tensor *w, int64_t rows, int transposed,
+                                     size_t *bytes) {
+    return glydgo_gpu_experts_workspace_bound((glyd_gpu_tensor *)w, rows, transposed, bytes);
+}
 int glyd_gpu_linear_experts(int device, void *stream, const void *x, int64_t rows,
-                            const glyd_gpu_tensor *w, const void *table, const void *offsets,
-                            const void *bias, void *y) {
+                            const glyd_gpu_tensor *w, int transposed, const void *table,
+                            const void *offsets, const void *bias, void *y, void *workspace,
+                            size_t workspace_bytes) {
     return glydgo_gpu_linear_experts(device, stream, (void *)x, rows, (glyd_gpu_tensor *)w,
-                                     (void *)table, (void *)offsets, (void *)bias, y);
+                                     transposed, (void *)table, (void *)offsets, (void *)bias, y,
+                                     workspace, workspace_bytes);
 }

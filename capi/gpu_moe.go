@@ -63,8 +63,29 @@ func glydgo_gpu_decode_experts(device C.int, stream unsafe.Pointer, w *C.glyd_gp
 	return result(gpu.DecodeExperts(int(device), uintptr(stream), d, uintptr(table), uintptr(dst)))
 }
 
+//export glydgo_gpu_experts_workspace_bound
+func glydgo_gpu_experts_workspace_bound(w *C.glyd_gpu_tensor, rows C.int64_t, transposed C.int, bytes *C.size_t) (rc C.int) {
+	defer guard(&rc)
+	if bytes == nil {
+		return fail(errArg("bytes is NULL"))
+	}
+	d, err := gpuTensor(w)
+	if err != nil {
+		return fail(err)
+	}
+	if rows < 0 || rows > 1<<40 {
+		return fail(errArg("rows %d out of range", rows))
+	}
+	n, err := gpu.ExpertsWorkspaceBound(d, int64(rows), transposed != 0)
+	if err != nil {
+		return fail(err)
+	}
+	*bytes = C.size_t(n)
+	return C.int(status.OK)
+}
+
 //export glydgo_gpu_linear_experts
-func glydgo_gpu_linear_experts(device C.int, stream unsafe.Pointer, x unsafe.Pointer, rows C.int64_t, w *C.glyd_gpu_tensor, table, offsets, bias, y unsafe.Pointer) (rc C.int) {
+func glydgo_gpu_linear_experts(device C.int, stream unsafe.Pointer, x unsafe.Pointer, rows C.int64_t, w *C.glyd_gpu_tensor, transposed C.int, table, offsets, bias, y, ws unsafe.Pointer, wsBytes C.size_t) (rc C.int) {
 	defer guard(&rc)
 	d, err := gpuTensor(w)
 	if err != nil {
@@ -73,5 +94,5 @@ func glydgo_gpu_linear_experts(device C.int, stream unsafe.Pointer, x unsafe.Poi
 	if rows < 0 || rows > 1<<40 {
 		return fail(errArg("rows %d out of range", rows))
 	}
-	return result(gpu.LinearExperts(int(device), uintptr(stream), uintptr(x), int64(rows), d, uintptr(table), uintptr(offsets), uintptr(bias), uintptr(y)))
+	return result(gpu.LinearExperts(int(device), uintptr(stream), uintptr(x), int64(rows), d, uintptr(table), uintptr(offsets), uintptr(bias), uintptr(y), transposed != 0, uintptr(ws), uint64(wsBytes)))
 }

@@ -336,8 +336,7 @@ int glyd_gpu_decode(int device, void *stream, const glyd_gpu_tensor *t, int64_t 
  * but the last dimension, K], to bf16 at dst (device, row-major [rows, K];
  * dst_bytes >= 2 * rows * K, else BUFFER_TOO_SMALL). Bit-exact, like
  * glyd_gpu_decode. It lets a runtime multiply a prompt with its own GEMM
- * (cuBLAS) a tile of weight rows at a time, the tile small enough to stay in
- * L2, instead of decoding whole layers to memory.
+ * (cuBLAS) a tile of weight rows at a time, with a bounded workspace.
  *   t: fixed12, one group, >= 2 dimensions, with its escape index
  *      (t->esc_rows) when it has escapes (INVALID_ARGUMENT otherwise);
  *      smallest or several groups: UNSUPPORTED (use glyd_gpu_decode).
@@ -443,24 +442,36 @@ int glyd_gpu_decode_experts(int device, void *stream, const glyd_gpu_tensor *w, 
                             void *dst, size_t dst_bytes);
 
 /* Grouped fused linear: for every expert e, y[r] = x[r] · W[e]ᵀ (+ bias[e])
- * for the rows r of x routed to e, decoding W[e] inside the kernel.
- *   x:       device, bf16 [rows, K], contiguous, 16-byte aligned, rows sorted
- *            by expert.
+ * for the rows r of x routed to e, decoding W[e] inside the kernel; with
+ * `transposed` (experts stored [E, in, out], as Llama 4 and gpt-oss keep
+ * them) y[r] = x[r] · W[e].
+ *   x:       device, bf16 [rows, in], contiguous, rows sorted by expert;
+ *            16-byte aligned (linear layout).
  *   offsets: device, int32 [E]: offsets[e] = end row of expert e (rows of
  *            expert e are [offsets[e-1], offsets[e]), offsets[-1] = 0; the
  *            convention of torch's grouped_mm). Rows from offsets[E-1] on are
  *            not written (e.g. pairs routed nowhere).
- *   bias:    device, bf16 [E, N], or NULL.
- *   y:       device, bf16 [rows, N], contiguous.
- * One block per (16 weight rows, expert with rows), min(E, rows) experts
- * wide; each block finds its expert from offsets and walks its rows 8 at a
- * time, so the weights of an expert are read from memory once.
- * Math and determinism as glyd_gpu_linear. The kernel clamps offsets to
+ *   bias:    device, bf16 [E, out], or NULL (must be NULL when transposed).
+ *   y:       device, bf16 [rows, out], contiguous.
+ *   workspace: device, 16-byte aligned, workspace_bytes >=
+ *            glyd_gpu_experts_workspace_bound (0 and NULL for the linear layout).
+ * Linear layout: tensor cores, one launch; one block per (16 weight rows,
+ * expert with rows), min(E, rows) experts wide; each block finds its expert
+ * from offsets and walks its rows 8 at a time, so an expert's weights are
+ * read from memory once. Needs in % 16 == 0 and every expert's planes 16-byte
+ * aligned (out * in % 32 == 0 with aligned planes). Transposed: CUDA cores,
+ * for few rows per expert (decode steps); the input rows are split into
+ * slices summed in an fp32 workspace, then added in order (two launches).
+ * Needs out % 8 == 0 and 8-byte aligned expert planes. Otherwise UNSUPPORTED.
+ * Math and determinism as glyd_gpu_linear. The kernels clamp offsets to
  * [0, rows]: offsets out of order give wrong rows, never a memory fault
  * (the Python layer validates routing under GLYD_VALIDATE=1). */
+int glyd_gpu_experts_workspace_bound(const glyd_gpu_tensor *w, int64_t rows, int transposed,
+                                     size_t *bytes);
 int glyd_gpu_linear_experts(int device, void *stream, const void *x, int64_t rows,
-                            const glyd_gpu_tensor *w, const void *table, const void *offsets,
-                            const void *bias, void *y);
+                            const glyd_gpu_tensor *w, int transposed, const void *table,
+                            const void *offsets, const void *bias, void *y, void *workspace,
+                            size_t workspace_bytes);
 
 /* ---- GPU: end ---- */
 

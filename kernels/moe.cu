@@ -26,6 +26,13 @@
  *     time. Blocks past the last expert with rows return at once. Needs
  *     K % 16 == 0, every expert's sm and code 16-byte aligned, x too (the
  *     host checks). p.bias: bf16 [E, N] or 0.
+ * glyd_lin_f12t_experts + glyd_lin_f12t_reduce  the same for experts stored
+ *     transposed, [in, out] (y = x · W[e]; Llama 4, gpt-oss): CUDA cores,
+ *     for few rows per expert. Grid (ceil(out/256), S, Z as above): a block
+ *     sums its slice of the S splits of the input rows for 256 output columns
+ *     into the fp32 workspace p.ws [S][rows][out]; the reduce kernel adds the
+ *     S partials in order and rounds. Deterministic, no atomics. See the
+ *     comment above the kernel.
  */
 #include "common.cuh"
 
@@ -123,4 +130,167 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12g_m1n1w1k8u1(const
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12g_m1n1w1k8u1_safe(const glyd_kparams p) {
 	extern __shared__ float smem[];
 	linear_f12_experts<true>(p, smem);
+}
+
+// ---------------------------------------------------------------------------
+// Transposed experts: each expert stored [Ri, Co] = [in, out] (y = x · W, as
+// Llama 4, gpt-oss and Aria keep them), element (r, c) at r*Co + c of its
+// group. In the table's escape index the rows are the Ri input rows.
+
+// Safe decode of 8 consecutive weights: code 15 (escape) gets exponent 0,
+// i.e. the weight becomes its sign and mantissa bits as a subnormal; the
+// caller adds x * (true - that) from the escape records.
+__device__ __forceinline__ void decode8_safe_f32(const uint2 s, const uint32_t cw, const uint32_t B4,
+                                                 float (&w)[8]) {
+	const uint32_t lo = cw & 0x0f0f0f0fu, hi = (cw >> 4) & 0x0f0f0f0fu;
+	const uint32_t ca = __vadd4(lo, B4) & __vcmpne4(lo, 0x0f0f0f0fu);
+	const uint32_t cb = __vadd4(hi, B4) & __vcmpne4(hi, 0x0f0f0f0fu);
+	const uint32_t v[4] = {lop3_sel(prmt_sr(s.x, s.y, 0x9180), __byte_perm(ca, cb, 0x0400) << 7),
+	                       lop3_sel(prmt_sr(s.x, s.y, 0xB3A2), __byte_perm(ca, cb, 0x0501) << 7),
+	                       lop3_sel(prmt_sr(s.x, s.y, 0xD5C4), __byte_perm(ca, cb, 0x0602) << 7),
+	                       lop3_sel(prmt_sr(s.x, s.y, 0xF7E6), __byte_perm(ca, cb, 0x0703) << 7)};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		w[2 * i] = __uint_as_float(v[i] << 16);
+		w[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+	}
+}
+
+constexpr int TT = 4; // tokens per pass of the transposed kernel (1 when fewer are left)
+constexpr int UR = 4; // input rows in flight per warp
+
+// One pass over this warp's input rows [r_lo + warp, r_hi) step 8 for tokens
+// t0 .. t0+NT-1 (rows of x; those >= m1 read as 0), columns c .. c+7.
+template <int NT>
+__device__ __forceinline__ void tpass(const glyd_expert &ex, const uint16_t *x, int64_t Ri, int64_t Co, int64_t c,
+                                      bool cok, int64_t r_lo, int64_t r_hi, int64_t t0, int64_t m1,
+                                      float (&acc)[TT][8]) {
+	const int warp = threadIdx.x >> 5;
+	const uint8_t *sm = (const uint8_t *)ex.sm;
+	const uint8_t *code = (const uint8_t *)ex.code;
+	const uint32_t B4 = ex.base * 0x01010101u;
+	const uint32_t *erows = (const uint32_t *)ex.escrows;
+	const uint2 *recs = (const uint2 *)ex.escrecs;
+	for (int64_t rb = r_lo + warp; rb < r_hi; rb += 8 * UR) {
+		uint2 s[UR];
+		uint32_t cw[UR], e0[UR], e1[UR];
+#pragma unroll
+		for (int u = 0; u < UR; u++) {
+			const int64_t r = rb + 8 * u;
+			s[u] = make_uint2(0, 0);
+			cw[u] = 0;
+			e0[u] = e1[u] = 0;
+			if (r < r_hi) {
+				if (cok) {
+					s[u] = ld_stream8(sm + r * Co + c);
+					cw[u] = ld_stream4(code + (r * Co + c) / 2);
+				}
+				if (erows) {
+					e0[u] = erows[r];
+					e1[u] = erows[r + 1];
+				}
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < UR; u++) {
+			const int64_t r = rb + 8 * u;
+			if (r >= r_hi) break;
+			float w[8], xv[NT];
+			decode8_safe_f32(s[u], cw[u], B4, w);
+#pragma unroll
+			for (int t = 0; t < NT; t++) xv[t] = t0 + t < m1 ? bf16_to_f32(x[(t0 + t) * Ri + r]) : 0.f;
+#pragma unroll
+			for (int t = 0; t < NT; t++)
+#pragma unroll
+				for (int j = 0; j < 8; j++) acc[t][j] = fmaf(xv[t], w[j], acc[t][j]);
+			for (uint32_t q = e0[u]; q < e1[u]; q++) { // escapes of input row r (warp-uniform loop)
+				const uint2 rec = recs[q];
+				const int64_t d = (int64_t)rec.x - c;
+				if (d >= 0 && d < 8) {
+					const float wt = bf16_to_f32(rec.y), wd = bf16_to_f32(rec.y & 0x807fu);
+#pragma unroll
+					for (int j = 0; j < 8; j++)
+						if (j == d) {
+#pragma unroll
+							for (int t = 0; t < NT; t++) acc[t][j] = fmaf(xv[t], wt, fmaf(-xv[t], wd, acc[t][j]));
+						}
+				}
+			}
+		}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_experts(const glyd_kparams p) {
+	__shared__ int64_t pick[3];
+	__shared__ float red[7][TT][256]; // warps 1..7: [warp-1][token][column in the tile]
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	if (warp == 0) {
+		int64_t r0 = 0, r1 = 0;
+		const int64_t e = nth_expert((const int32_t *)p.offs, p.num_experts, p.rows, blockIdx.z, &r0, &r1);
+		if (lane == 0) {
+			pick[0] = e;
+			pick[1] = r0;
+			pick[2] = r1;
+		}
+	}
+	__syncthreads();
+	const int64_t e = pick[0], m0 = pick[1], m1 = pick[2];
+	if (e < 0) return;
+	const glyd_expert ex = ((const glyd_expert *)p.experts)[e];
+	const int64_t Ri = p.K, Co = p.N;
+	const int64_t c = (int64_t)blockIdx.x * 256 + lane * 8;
+	const bool cok = c < Co;
+	const int64_t S = gridDim.y;
+	const int64_t r_lo = Ri * blockIdx.y / S, r_hi = Ri * (blockIdx.y + 1) / S;
+	const uint16_t *x = (const uint16_t *)p.x;
+	float *ws = (float *)p.ws + (size_t)blockIdx.y * (size_t)p.rows * (size_t)Co;
+	for (int64_t t0 = m0; t0 < m1; t0 += TT) {
+		float acc[TT][8];
+#pragma unroll
+		for (int t = 0; t < TT; t++)
+#pragma unroll
+			for (int j = 0; j < 8; j++) acc[t][j] = 0.f;
+		if (m1 - t0 == 1)
+			tpass<1>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
+		else
+			tpass<TT>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
+		// the 8 warps' sums, added in warp order; warp 0 stores the split's partials
+		if (warp > 0) {
+#pragma unroll
+			for (int t = 0; t < TT; t++)
+#pragma unroll
+				for (int j = 0; j < 8; j++) red[warp - 1][t][lane * 8 + j] = acc[t][j];
+		}
+		__syncthreads();
+		if (warp == 0 && cok) {
+#pragma unroll
+			for (int w = 0; w < 7; w++)
+#pragma unroll
+				for (int t = 0; t < TT; t++)
+#pragma unroll
+					for (int j = 0; j < 8; j++) acc[t][j] += red[w][t][lane * 8 + j];
+#pragma unroll
+			for (int t = 0; t < TT; t++)
+				if (t0 + t < m1) {
+					float *o = ws + (t0 + t) * Co + c;
+#pragma unroll
+					for (int j = 0; j < 8; j++) o[j] = acc[t][j];
+				}
+		}
+		__syncthreads(); // red is reused by the next pass
+	}
+}
+
+// y[m][c] = bf16(the sum, in split order, of ws[s][m][c] over the p.splits splits) for
+// rows m below the clamped offs[E-1] (rows routed nowhere are not written).
+extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_reduce(const glyd_kparams p) {
+	int64_t total = ((const int32_t *)p.offs)[p.num_experts - 1];
+	total = total < 0 ? 0 : (total > p.rows ? p.rows : total);
+	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= total * p.N) return;
+	const float *ws = (const float *)p.ws;
+	const size_t plane = (size_t)p.rows * (size_t)p.N;
+	float v = 0.f;
+	for (uint32_t s = 0; s < p.splits; s++) v += ws[(size_t)s * plane + i];
+	((uint16_t *)p.y)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }

@@ -136,6 +136,8 @@ var kernelNames = []string{
 	"glyd_escape_scatter_groups",
 	"glyd_lin_f12g_m1n1w1k8u1",
 	"glyd_lin_f12g_m1n1w1k8u1_safe",
+	"glyd_lin_f12t_experts",
+	"glyd_lin_f12t_reduce",
 }
 
 const (
@@ -159,6 +161,8 @@ const (
 	kEscapeScatterGroups
 	kLinGrouped
 	kLinGroupedSafe
+	kLinTransposed
+	kLinTransposedReduce
 	kLinFirst // the linear configurations of linear.go follow, each name then name_safe
 )
 

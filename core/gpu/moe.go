@@ -200,17 +200,54 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 // (glyd_lin_f12g_m1n1w1k8u1: linear_f12 with 16 rows, 8 warps splitting K).
 var expertsConfig = linConfig{1, 1, 1, 8, 1, false}
 
+// transposedSplits is how many slices of the input rows the transposed
+// kernel sums separately (grid y): enough blocks for two per SM of a 132-SM
+// GPU, each warp with >= 8 input rows. A constant of the shapes only, so the
+// workspace bound and the result bits do not depend on the GPU.
+func transposedSplits(e, ri, co, rows int64) int64 {
+	z := e
+	if rows < z {
+		z = rows
+	}
+	tiles := (co + 255) / 256
+	s := (2*splitTarget + tiles*z - 1) / (tiles * z)
+	if m := ri / 64; s > m {
+		s = m
+	}
+	if s > 32 {
+		s = 32
+	}
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// ExpertsWorkspaceBound is the workspace LinearExperts needs, in bytes: 0 for
+// the linear layout, the fp32 partial sums [S][rows][out] for transposed
+// experts.
+func ExpertsWorkspaceBound(w *DeviceTensor, rows int64, transposed bool) (uint64, error) {
+	e, n, k, err := expertDims(w)
+	if err != nil || !transposed || rows <= 0 {
+		return 0, err
+	}
+	return uint64(transposedSplits(e, n, k, rows)) * uint64(rows) * uint64(k) * 4, nil
+}
+
 // LinearExperts computes, for every expert e, y[r] = x[r]·W[e]ᵀ (+ bias[e])
-// over the rows r of expert e, in one launch:
+// over the rows r of expert e, in one launch (transposed: y[r] = x[r]·W[e],
+// W[e] stored [in, out], two launches):
 //
-//	x    bf16 [rows, K], rows sorted by expert     w   experts tensor [E, N, K]
-//	offs int32 [E] cumulative end rows (device)    bias bf16 [E, N] or 0
-//	y    bf16 [rows, N]
+//	x    bf16 [rows, in], rows sorted by expert     w   experts tensor [E, out, in] ([E, in, out])
+//	offs int32 [E] cumulative end rows (device)     bias bf16 [E, out] or 0 (linear layout only)
+//	y    bf16 [rows, out]                           ws  ExpertsWorkspaceBound bytes (transposed)
 //
-// Rows past offs[E-1] are not written. Math as Linear. Needs K % 16 == 0 and
-// 16-byte aligned x and expert planes (UNSUPPORTED otherwise: run Linear per
-// expert).
-func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTensor, table, offs, bias, y uintptr) error {
+// Rows past offs[E-1] are not written. Math as Linear. The linear layout
+// needs in % 16 == 0 and 16-byte aligned x and expert planes, the transposed
+// one out % 8 == 0 and 8-byte aligned expert planes (UNSUPPORTED otherwise:
+// run Linear, or decode and multiply, per expert).
+func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTensor, table, offs, bias, y uintptr,
+	transposed bool, ws uintptr, wsBytes uint64) error {
 	e, n, k, err := expertDims(w)
 	if err != nil {
 		return err
@@ -218,32 +255,37 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 	if rows < 0 {
 		return status.Errorf(status.InvalidArgument, "gpu: rows %d < 0", rows)
 	}
-	if rows == 0 || n == 0 {
+	if rows == 0 || n == 0 || k == 0 {
 		return nil
 	}
 	if x == 0 || y == 0 || offs == 0 || table == 0 {
 		return status.Errorf(status.InvalidArgument, "gpu: nil x, y, offsets or experts table")
 	}
-	if k == 0 || k%16 != 0 || x%16 != 0 {
-		return status.Errorf(status.Unsupported, "gpu: the grouped kernel needs K %% 16 == 0 and 16-byte aligned x (K=%d)", k)
+	align, what := uint64(16), "K % 16 == 0 and 16-byte aligned x and expert planes"
+	if transposed {
+		align, what = 8, "out % 8 == 0 and 8-byte aligned expert planes"
+		if k%8 != 0 {
+			return status.Errorf(status.Unsupported, "gpu: the transposed experts kernel needs %s (out=%d)", what, k)
+		}
+		if bias != 0 {
+			return status.Errorf(status.Unsupported, "gpu: the transposed experts kernel takes no bias (add it after)")
+		}
+	} else if k%16 != 0 || x%16 != 0 {
+		return status.Errorf(status.Unsupported, "gpu: the grouped kernel needs %s (K=%d)", what, k)
 	}
 	for i := range w.Groups {
 		sm := uint64(w.Planes[codec.PlaneSM]) + w.Groups[i].Offsets[codec.PlaneSM]
 		cd := uint64(w.Planes[codec.PlaneCode]) + w.Groups[i].Offsets[codec.PlaneCode]
-		if sm%16 != 0 || cd%16 != 0 {
-			return status.Errorf(status.Unsupported, "gpu: expert %d's planes are not 16-byte aligned (N*K %% 32 != 0)", i)
+		if sm%align != 0 || cd%align != 0 {
+			return status.Errorf(status.Unsupported, "gpu: expert %d's planes are not %d-byte aligned (the kernel needs %s)", i, align, what)
 		}
 	}
-	gy := (n + 15) / 16
-	gz := e
-	if rows < gz {
-		gz = rows
+	z := e
+	if rows < z {
+		z = rows
 	}
-	if gy > 65535 || gz > 65535 {
-		return status.Errorf(status.Unsupported, "gpu: %d weight rows x %d experts is too large for one launch", n, e)
-	}
-	if _, err := load(dev); err != nil {
-		return err
+	if z > 65535 {
+		return status.Errorf(status.Unsupported, "gpu: %d experts is too many for one launch", e)
 	}
 	var p C.glyd_kparams
 	p.experts = C.glyd_u64(table)
@@ -256,10 +298,38 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 	p.N = C.glyd_i64(n)
 	p.K = C.glyd_i64(k)
 	p.splits = 1
+	if transposed {
+		s := transposedSplits(e, n, k, rows)
+		if need := uint64(s) * uint64(rows) * uint64(k) * 4; ws == 0 || wsBytes < need {
+			return status.Errorf(status.BufferTooSmall, "gpu: transposed experts need %d bytes of workspace (ExpertsWorkspaceBound), have %d", need, wsBytes)
+		}
+		tiles := (k + 255) / 256
+		if tiles > 1<<31-1 || s > 65535 {
+			return status.Errorf(status.Unsupported, "gpu: %d output columns is too many for one launch", k)
+		}
+		if _, err := load(dev); err != nil {
+			return err
+		}
+		// the kernel reads storage [in, out] as K = in rows, N = out columns
+		p.K, p.N = C.glyd_i64(n), C.glyd_i64(k)
+		p.ws = C.glyd_u64(ws)
+		p.splits = C.glyd_u32(s)
+		if err := launch(dev, kLinTransposed, uint32(tiles), uint32(s), uint32(z), 256, 0, stream, &p); err != nil {
+			return err
+		}
+		return launch(dev, kLinTransposedReduce, gridFor(uint64(rows*k), 256, 1<<31-1), 1, 1, 256, 0, stream, &p)
+	}
+	gy := (n + 15) / 16
+	if gy > 65535 {
+		return status.Errorf(status.Unsupported, "gpu: %d weight rows is too many for one launch", n)
+	}
+	if _, err := load(dev); err != nil {
+		return err
+	}
 	kidx := kLinGrouped
 	if safeExperts(w) {
 		kidx = kLinGroupedSafe
 	}
 	c := expertsConfig
-	return launch(dev, kidx, 1, uint32(gy), uint32(gz), uint32(c.threads()), uint32(c.smem()), stream, &p)
+	return launch(dev, kidx, 1, uint32(gy), uint32(z), uint32(c.threads()), uint32(c.smem()), stream, &p)
 }

@@ -69,23 +69,23 @@ func TestExpertsErrors(t *testing.T) {
 	if err := BuildExpertsTable(0, 0, d, 8); status.CodeOf(err) != status.InvalidArgument {
 		t.Fatalf("misaligned table: %v", err)
 	}
-	if err := LinearExperts(0, 0, 1024, -1, d, 4096, 4096, 0, 8192); status.CodeOf(err) != status.InvalidArgument {
+	if err := LinearExperts(0, 0, 1024, -1, d, 4096, 4096, 0, 8192, false, 0, 0); status.CodeOf(err) != status.InvalidArgument {
 		t.Fatalf("negative rows: %v", err)
 	}
-	if err := LinearExperts(0, 0, 1024, 0, d, 4096, 4096, 0, 8192); err != nil {
+	if err := LinearExperts(0, 0, 1024, 0, d, 4096, 4096, 0, 8192, false, 0, 0); err != nil {
 		t.Fatalf("no rows is a no-op: %v", err)
 	}
-	if err := LinearExperts(0, 0, 1024, 4, d, 0, 4096, 0, 8192); status.CodeOf(err) != status.InvalidArgument {
+	if err := LinearExperts(0, 0, 1024, 4, d, 0, 4096, 0, 8192, false, 0, 0); status.CodeOf(err) != status.InvalidArgument {
 		t.Fatalf("nil table: %v", err)
 	}
-	if err := LinearExperts(0, 0, 1032, 4, d, 4096, 4096, 0, 8192); status.CodeOf(err) != status.Unsupported {
+	if err := LinearExperts(0, 0, 1032, 4, d, 4096, 4096, 0, 8192, false, 0, 0); status.CodeOf(err) != status.Unsupported {
 		t.Fatalf("misaligned x: %v", err)
 	}
 	if err := DecodeExperts(0, 0, d, 0, 8192); status.CodeOf(err) != status.InvalidArgument {
 		t.Fatalf("nil table: %v", err)
 	}
 	if Init() != nil { // no driver: the device calls say so
-		if err := LinearExperts(0, 0, 1024, 4, d, 4096, 4096, 0, 8192); status.CodeOf(err) != status.NoGPU {
+		if err := LinearExperts(0, 0, 1024, 4, d, 4096, 4096, 0, 8192, false, 0, 0); status.CodeOf(err) != status.NoGPU {
 			t.Fatalf("LinearExperts without a GPU: %v", err)
 		}
 		if err := DecodeExperts(0, 0, d, 4096, 8192); status.CodeOf(err) != status.NoGPU {
@@ -94,5 +94,30 @@ func TestExpertsErrors(t *testing.T) {
 		if err := BuildExpertsTable(0, 0, d, 4096); status.CodeOf(err) != status.NoGPU {
 			t.Fatalf("BuildExpertsTable without a GPU: %v", err)
 		}
+	}
+}
+
+func TestExpertsTransposed(t *testing.T) {
+	d := experts(t, 4, 32, 64, codec.Fixed12) // stored [E, in=32, out=64]
+	ws, err := ExpertsWorkspaceBound(d, 5, true)
+	s := transposedSplits(4, 32, 64, 5)
+	if err != nil || ws != uint64(s)*5*64*4 || s < 1 {
+		t.Fatalf("workspace %d (splits %d), err %v", ws, s, err)
+	}
+	if ws, _ := ExpertsWorkspaceBound(d, 5, false); ws != 0 {
+		t.Fatalf("linear layout needs no workspace, got %d", ws)
+	}
+	if err := LinearExperts(0, 0, 1024, 5, d, 4096, 4096, 2048, 8192, true, 1<<20, ws); status.CodeOf(err) != status.Unsupported {
+		t.Fatalf("bias with transposed experts: %v", err)
+	}
+	if err := LinearExperts(0, 0, 1024, 5, d, 4096, 4096, 0, 8192, true, 1<<20, ws-1); status.CodeOf(err) != status.BufferTooSmall {
+		t.Fatalf("short workspace: %v", err)
+	}
+	// splits: enough blocks for a 132-SM GPU, bounded by the input rows
+	if s := transposedSplits(16, 5120, 16384, 1); s < 4 || s > 32 { // one token, top-1
+		t.Fatalf("Llama 4 gate_up splits %d", s)
+	}
+	if s := transposedSplits(16, 64, 16384, 16); s != 1 {
+		t.Fatalf("64 input rows: %d splits", s)
 	}
 }

@@ -17,18 +17,20 @@ glyd.transformers.gpu_linear):
   - fewer than PROMPT_ROWS rows of x (decode steps, small batches): Glyd's
     fused kernel (glyd_gpu_linear) decodes the weight in registers inside the
     matmul; the bf16 weight is never written to memory;
-  - PROMPT_ROWS rows or more (prompts), fixed12 2-D weights: the prompt path.
-    The weight is decoded a tile of rows at a time (decode_rows, bit-exact)
-    into a bf16 workspace small enough to stay in L2 (a quarter of it by
-    default), and each tile is multiplied by cuBLAS (torch.mm / torch.addmm
-    writing straight into its column slice of the output). Tensor-core GEMMs
-    are compute bound at these sizes, so reading the tile back from L2 is
-    nearly free and the only extra work is the decode (1.5 bytes per weight
-    read from memory instead of 2). At most one tile of the layer is ever
+  - PROMPT_ROWS rows or more (prompts, large batches), fixed12 2-D weights:
+    the prompt path. The weight is decoded a tile of rows at a time
+    (decode_rows, bit-exact) into a bf16 workspace, and each tile is
+    multiplied by cuBLAS (torch.mm / torch.addmm writing straight into its
+    column slice of the output). The extra work is the decode (1.5 bytes per
+    weight read, 2 written). Tiles are large (PROMPT_TILE_MB, 256 MiB: a whole
+    Qwen3-8B weight) because cuBLAS needs wide GEMMs to fill the GPU: on the
+    H200, L2-sized tiles (12-15 MiB) cost 35-50% more at 512 tokens than one
+    whole-weight tile (docs/PERFORMANCE.md). At most one tile of a layer is
     decoded at a time.
-  PROMPT_ROWS is 256 (environment GLYD_PROMPT_ROWS, read at import, 0 = never;
-  set_prompt_rows() for benchmarks); the tile size comes from the device's L2
-  (GLYD_PROMPT_TILE_MB / set_prompt_tile_mb() override it).
+  PROMPT_ROWS is 128 (at 64 rows the fused kernel and this path tie on the
+  H200, at 128 this path is 1.7x faster); environment GLYD_PROMPT_ROWS, read
+  at import, 0 = never; set_prompt_rows() for benchmarks. GLYD_PROMPT_TILE_MB
+  / set_prompt_tile_mb() set the tile size.
 """
 
 from __future__ import annotations
@@ -108,8 +110,9 @@ _SIGNATURES = {
     "glyd_gpu_experts_table_bytes": (c_int, [_T, POINTER(c_size_t)]),
     "glyd_gpu_build_experts_table": (c_int, [c_int, c_void_p, _T, c_void_p, c_size_t]),
     "glyd_gpu_decode_experts": (c_int, [c_int, c_void_p, _T, c_void_p, c_void_p, c_size_t]),
-    "glyd_gpu_linear_experts": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_void_p, c_void_p, c_void_p,
-                                        c_void_p]),
+    "glyd_gpu_experts_workspace_bound": (c_int, [_T, c_int64, c_int, POINTER(c_size_t)]),
+    "glyd_gpu_linear_experts": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_int, c_void_p, c_void_p, c_void_p,
+                                        c_void_p, c_void_p, c_size_t]),
 }
 
 _lock = threading.Lock()
@@ -191,16 +194,15 @@ def _env_number(name: str, default, kind, minimum):
 #: Rows of x (tokens) from which DeviceTensor.linear takes the prompt path
 #: (decode_rows tiles + cuBLAS) instead of the fused kernel; 0 = never.
 #: Environment GLYD_PROMPT_ROWS (read at import); set_prompt_rows() at run time.
-PROMPT_ROWS: int = _env_number("GLYD_PROMPT_ROWS", 256, int, 0)
-#: MiB of bf16 weight rows per tile of the prompt path; None: a quarter of the
-#: device's L2. Environment GLYD_PROMPT_TILE_MB; set_prompt_tile_mb().
-PROMPT_TILE_MB = _env_number("GLYD_PROMPT_TILE_MB", None, float, 1e-9)
+PROMPT_ROWS: int = _env_number("GLYD_PROMPT_ROWS", 128, int, 0)
+#: MiB of bf16 weight rows per tile of the prompt path.
+#: Environment GLYD_PROMPT_TILE_MB; set_prompt_tile_mb().
+PROMPT_TILE_MB: float = _env_number("GLYD_PROMPT_TILE_MB", 256.0, float, 1e-9)
 #: What linear_kernel() reports for the prompt path.
 PROMPT_KERNEL = "decode tiles + cuBLAS"
 #: Tiles hold a multiple of this many weight rows (and at least this many).
 TILE_ROW_MULTIPLE = 128
 
-_L2_BYTES: dict = {}
 _FORCED = [False]  # force_kernel(name) benchmarks the fused kernel: no prompt path then
 
 
@@ -214,32 +216,20 @@ def set_prompt_rows(rows: int) -> int:
     return old
 
 
-def set_prompt_tile_mb(mb) -> float | None:
-    """MiB of bf16 weight per tile of the prompt path (None: a quarter of the device's L2).
-    Returns the previous value."""
+def set_prompt_tile_mb(mb) -> float:
+    """MiB of bf16 weight per tile of the prompt path. Returns the previous value."""
     global PROMPT_TILE_MB
-    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0):
-        raise InvalidArgumentError(1, f"prompt tile MiB must be a number > 0 or None, not {mb!r}")
-    old, PROMPT_TILE_MB = PROMPT_TILE_MB, (None if mb is None else float(mb))
+    if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb > 0:
+        raise InvalidArgumentError(1, f"prompt tile MiB must be a number > 0, not {mb!r}")
+    old, PROMPT_TILE_MB = PROMPT_TILE_MB, float(mb)
     return old
 
 
-def _l2_bytes(device: torch.device) -> int:
-    n = _L2_BYTES.get(device.index)
-    if n is None:
-        n = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
-        if n <= 0:
-            n = int(device_info(device.index)["l2_bytes"])
-        n = _L2_BYTES[device.index] = max(n, 1)
-    return n
-
-
-def tile_rows(device: torch.device, k: int) -> int:
-    """Weight rows per tile of the prompt path for rows of k bf16 weights on
-    `device`: the tile budget (PROMPT_TILE_MB, else L2 / 4) over 2*k bytes,
-    rounded down to a multiple of TILE_ROW_MULTIPLE, at least TILE_ROW_MULTIPLE."""
-    budget = int(PROMPT_TILE_MB * 2**20) if PROMPT_TILE_MB is not None else _l2_bytes(device) // 4
-    r = budget // (2 * max(int(k), 1)) // TILE_ROW_MULTIPLE * TILE_ROW_MULTIPLE
+def tile_rows(k: int) -> int:
+    """Weight rows per tile of the prompt path for rows of k bf16 weights:
+    PROMPT_TILE_MB over 2*k bytes, rounded down to a multiple of
+    TILE_ROW_MULTIPLE, at least TILE_ROW_MULTIPLE."""
+    r = int(PROMPT_TILE_MB * 2**20) // (2 * max(int(k), 1)) // TILE_ROW_MULTIPLE * TILE_ROW_MULTIPLE
     return max(r, TILE_ROW_MULTIPLE)
 
 
@@ -362,7 +352,7 @@ class DeviceTensor:
 
     def tile_rows(self) -> int:
         """Weight rows per tile of the prompt path (at most N)."""
-        return min(tile_rows(self.device, self.shape[-1]), self.shape[0])
+        return min(tile_rows(self.shape[-1]), self.shape[0])
 
     def linear_tiles(self, x2: torch.Tensor, bias: torch.Tensor | None, y2: torch.Tensor) -> torch.Tensor:
         """The prompt path: y2 = x2 @ W.T (+ bias) with W decoded a tile of rows
@@ -542,18 +532,22 @@ class DeviceExperts:
     """An experts tensor on a GPU ([E, N, K] or [E*N, K], one group per expert,
     fixed12) with its experts table (built here, once): every expert decoded in
     two launches, and the grouped fused linear over rows sorted by expert, the
-    routing read on the device (no host synchronization, CUDA graphs capture it)."""
+    routing read on the device (no host synchronization, CUDA graphs capture it).
+    `transposed`: the experts are stored [E, in, out] and multiply as x @ W[e]."""
 
-    def __init__(self, dt: DeviceTensor):
+    def __init__(self, dt: DeviceTensor, transposed: bool = False):
         if dt.layout != "fixed12":
             raise InvalidArgumentError(1, f"the experts kernels take fixed12 tensors, not {dt.layout}")
         self.dt = dt
         self.device = dt.device
+        self.transposed = bool(transposed)
         self.num_experts = len(dt.groups)
         rows = _numel(dt.shape[:-1])
         if rows % self.num_experts:
             raise InvalidArgumentError(1, f"{self.num_experts} groups do not split the {rows} rows of {dt.shape}")
-        self.out_features, self.in_features = rows // self.num_experts, dt.shape[-1]
+        a, b = rows // self.num_experts, dt.shape[-1]
+        self.in_features, self.out_features = (a, b) if self.transposed else (b, a)
+        self._bounds = {}
         lib = _gpu()
         n = c_size_t()
         _lib.check(lib.glyd_gpu_experts_table_bytes(ctypes.byref(dt._c), ctypes.byref(n)))
@@ -574,11 +568,22 @@ class DeviceExperts:
                                                   self.table.data_ptr(), out.data_ptr(), out.numel() * 2))
         return out
 
+    def workspace_bound(self, rows: int) -> int:
+        """Bytes of workspace linear() needs for `rows` rows (0 for the linear layout)."""
+        b = self._bounds.get(rows)
+        if b is None:
+            n = c_size_t()
+            _lib.check(_gpu().glyd_gpu_experts_workspace_bound(ctypes.byref(self.dt._c), rows, int(self.transposed),
+                                                               ctypes.byref(n)))
+            b = self._bounds[rows] = n.value
+        return b
+
     def linear(self, x: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None = None,
                out: torch.Tensor | None = None) -> torch.Tensor:
-        """out[r] = x[r] @ W[e].T (+ bias[e]) for the rows r of expert e: x bf16 [P, K]
-        sorted by expert, offsets int32 [E] cumulative end rows on the device (torch
-        grouped_mm's convention). Rows from offsets[-1] on are left as they were."""
+        """out[r] = x[r] @ W[e].T (+ bias[e]) for the rows r of expert e (transposed:
+        x[r] @ W[e], no bias): x bf16 [P, in] sorted by expert, offsets int32 [E]
+        cumulative end rows on the device (torch grouped_mm's convention). Rows from
+        offsets[-1] on are left as they were."""
         n, k, e = self.out_features, self.in_features, self.num_experts
         if x.dtype != torch.bfloat16 or x.device != self.device or x.dim() != 2 or x.shape[1] != k:
             raise InvalidArgumentError(1, f"x must be bfloat16 [P, {k}] on {self.device}, got {x.dtype} "
@@ -590,15 +595,20 @@ class DeviceExperts:
             raise InvalidArgumentError(2, f"offsets must be a contiguous int32 tensor of {e} elements on {self.device}, "
                                           f"got {offsets.dtype} {tuple(offsets.shape)} on {offsets.device}")
         if bias is not None and (bias.dtype != torch.bfloat16 or bias.device != self.device or bias.numel() != e * n
-                                 or not bias.is_contiguous()):
-            raise InvalidArgumentError(3, f"bias must be a contiguous bfloat16 tensor of {e}x{n} elements on {self.device}")
+                                 or not bias.is_contiguous() or self.transposed):
+            raise InvalidArgumentError(3, f"bias must be a contiguous bfloat16 tensor of {e}x{n} elements on "
+                                          f"{self.device} (and None for transposed experts)")
         rows = x.shape[0]
         if out is None:
             out = torch.empty((rows, n), dtype=torch.bfloat16, device=self.device)
         elif (out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous()
               or out.numel() != rows * n):
             raise InvalidArgumentError(4, f"out must be a contiguous bfloat16 tensor of {rows}x{n} elements on {self.device}")
+        need = self.workspace_bound(rows) if rows else 0
+        ws = torch.empty(need, dtype=torch.uint8, device=self.device) if need else None
         _lib.check(_gpu().glyd_gpu_linear_experts(
             self.device.index, _stream(self.device), x.data_ptr(), rows, ctypes.byref(self.dt._c),
-            self.table.data_ptr(), offsets.data_ptr(), bias.data_ptr() if bias is not None else None, out.data_ptr()))
+            int(self.transposed), self.table.data_ptr(), offsets.data_ptr(),
+            bias.data_ptr() if bias is not None else None, out.data_ptr(),
+            ws.data_ptr() if ws is not None else None, need))
         return out

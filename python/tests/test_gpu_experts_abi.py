@@ -83,7 +83,7 @@ def test_device_calls_without_gpu():
     with pytest.raises(NoGPUError):
         _lib.check(lib.glyd_gpu_decode_experts(0, None, ctypes.byref(c), FAKE, FAKE, 1 << 20))
     with pytest.raises(NoGPUError):
-        _lib.check(lib.glyd_gpu_linear_experts(0, None, FAKE, 8, ctypes.byref(c), FAKE, FAKE, None, FAKE))
+        _lib.check(lib.glyd_gpu_linear_experts(0, None, FAKE, 8, ctypes.byref(c), 0, FAKE, FAKE, None, FAKE, None, 0))
 
 
 def test_buffer_checks_come_first():
@@ -95,4 +95,16 @@ def test_buffer_checks_come_first():
     with pytest.raises(InvalidArgumentError, match="dst_bytes"):
         _lib.check(lib.glyd_gpu_decode_experts(0, None, ctypes.byref(c), FAKE, FAKE, 100))
     with pytest.raises(InvalidArgumentError, match="rows"):
-        _lib.check(lib.glyd_gpu_linear_experts(0, None, FAKE, -1, ctypes.byref(c), FAKE, FAKE, None, FAKE))
+        _lib.check(lib.glyd_gpu_linear_experts(0, None, FAKE, -1, ctypes.byref(c), 0, FAKE, FAKE, None, FAKE, None, 0))
+
+
+def test_workspace_bound():
+    lib = _gpu._gpu()
+    c, _keep = gpu_tensor(packed_experts(e=4, n=32, k=64))
+    n = ctypes.c_size_t()
+    _lib.check(lib.glyd_gpu_experts_workspace_bound(ctypes.byref(c), 5, 0, ctypes.byref(n)))
+    assert n.value == 0  # the linear layout needs none
+    _lib.check(lib.glyd_gpu_experts_workspace_bound(ctypes.byref(c), 5, 1, ctypes.byref(n)))
+    assert n.value > 0 and n.value % (5 * 64 * 4) == 0  # fp32 [splits][rows][out]
+    with pytest.raises(InvalidArgumentError, match="rows"):
+        _lib.check(lib.glyd_gpu_experts_workspace_bound(ctypes.byref(c), -2, 1, ctypes.byref(n)))

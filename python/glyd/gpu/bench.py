@@ -292,7 +292,7 @@ def table1(args, rep):
     _gpu.set_prompt_tile_mb(tiles[0])
     rep.results["step"] = res
     shapes = ", ".join(f"{s['name']} {s['n']}x{s['k']}" for s in sets)
-    tile = ", ".join("L2/4" if mb is None else f"{mb:g} MiB" for mb in tiles)
+    tile = ", ".join(f"{mb:g} MiB" for mb in tiles)
     rep.table(f"Table 1. Linears of a step: {args.model}, {nl} layers x 4 ({shapes}), fixed12",
               ["tokens", "bf16 ms", "Glyd ms", "Glyd/bf16", "kernel (gate_up)"], rows,
               [f"CUDA graph of all {4 * nl} linears, median of {args.reps} replays; every layer its own weights; "
@@ -786,7 +786,7 @@ def parse_args(argv=None):
                          "default: glyd._gpu.PROMPT_ROWS, i.e. GLYD_PROMPT_ROWS or 256)")
     ap.add_argument("--prompt-tile-mb", default="",
                     help="table 1: MiB of bf16 weight per prompt-path tile, several separated by commas to sweep "
-                         "them ('auto' = L2/4; default: GLYD_PROMPT_TILE_MB or L2/4)")
+                         "them (default: glyd._gpu.PROMPT_TILE_MB, i.e. GLYD_PROMPT_TILE_MB or 256)")
     ap.add_argument("--sweep", default="", help="token counts for the configuration sweep")
     ap.add_argument("--sweep-shapes", default="", help="token counts for a per-shape configuration sweep")
     ap.add_argument("--decode", action="store_true", help="same as adding 4 to --tables (kept for old commands)")
@@ -831,10 +831,10 @@ def parse_args(argv=None):
     if a.prompt_rows is not None and a.prompt_rows < 0:
         ap.error("--prompt-rows must be >= 0")
     try:
-        a.prompt_tile_mb = [None if v == "auto" else float(v) for v in _strs(a.prompt_tile_mb)]
+        a.prompt_tile_mb = [float(v) for v in _strs(a.prompt_tile_mb)]
     except ValueError:
-        ap.error("--prompt-tile-mb takes numbers (MiB) or 'auto' separated by commas")
-    if any(v is not None and not v > 0 for v in a.prompt_tile_mb):
+        ap.error("--prompt-tile-mb takes numbers (MiB) separated by commas")
+    if any(not v > 0 for v in a.prompt_tile_mb):
         ap.error("--prompt-tile-mb values must be > 0")
     return a
 

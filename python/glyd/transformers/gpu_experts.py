@@ -8,17 +8,23 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
   Three ways, none of which decodes an expert that gets no token:
 
   - *grouped kernel* (decode steps and short prompts: fewer than
-    ``NOSYNC_PAIRS_PER_EXPERT`` pairs per expert; linear-layout fixed12
-    weights): pairs sorted by expert on the device, offsets by ``histc`` +
-    ``cumsum``, then ONE launch of Glyd's grouped fused kernel
-    (``glyd_gpu_linear_experts``) for gate/up and one for down over all routed
-    experts, each expert's packed weights read once and decoded inside the
-    matmul. No host synchronization: the block can be captured in a CUDA graph.
+    ``NOSYNC_PAIRS_PER_EXPERT`` pairs per expert; fixed12 weights the kernels
+    read aligned): pairs sorted by expert on the device, offsets by ``histc`` +
+    ``cumsum``, then ONE grouped launch (``glyd_gpu_linear_experts``) for
+    gate/up and one for down over all routed experts, each routed expert's
+    packed weights read once and decoded inside the kernel (tensor cores for
+    the linear layout ``[E, out, in]``; for weights stored transposed,
+    ``[E, in, out]`` as gpt-oss and Llama 4 keep them, a CUDA-core kernel that
+    splits the input rows and adds the fp32 partial sums in order). Llama 4
+    (all-experts layout, up to ``ALL_EXPERTS_GROUPED_TOKENS`` tokens): the rows
+    with a non-zero router score are gathered on the device first. No host
+    synchronization: the block can be captured in a CUDA graph.
   - *no-sync decode-all* (prompts with many pairs per expert): every expert
     decoded in two launches (``glyd_gpu_decode_experts``), then torch's
     ``grouped_mm`` over the pairs, offsets on the device.
-  - *routed* (everything else: transposed storage, ``smallest``, DBRX's 2-D
-    weights, or GLYD_MOE_GROUPED=0): pairs sorted by expert with one host
+  - *routed* (everything else: ``smallest``, DBRX's 2-D weights, Aria and
+    JetMoE, Llama 4 prompts, shapes the kernels cannot read aligned, or
+    GLYD_MOE_GROUPED=0): pairs sorted by expert with one host
     synchronization (the per-expert counts); for each expert that receives
     tokens, gate/up and down
   run as Glyd's fused packed linear (``glyd._gpu.DeviceTensor.linear``: the
@@ -28,9 +34,9 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
   or activation (NemotronH relu²) runs once over all rows; routing weights are
   applied and the k outputs of every token are summed in fp32 in a fixed order
   (deterministic: the same inputs give the same bits, no atomics).
-  Weights stored transposed (``[E, in, out]``: gpt-oss, Llama 4, Aria, DBRX's
-  ``w2``) and the ``smallest`` layout have no fused kernel yet: the routed
-  expert is decoded into a reusable workspace and multiplied with torch.
+  On this path weights stored transposed and the ``smallest`` layout have no
+  fused kernel: the routed expert is decoded into a reusable workspace and
+  multiplied with torch.
 * ``"routed_groups"(module, args, kwargs)`` and ``"decode_groups"(holder,
   groups)`` -- the ``exact=True`` path: the family's own forward runs
   unchanged (hence the very torch ops of the bf16 model under the same experts
@@ -185,14 +191,21 @@ class ExpertWeights:
                     f"glyd: the packed experts {h.attr!r} {h.shape} were never used on {h.device} before this CUDA "
                     f"graph capture; their experts table must be built outside the capture: run one forward pass "
                     f"first (warm-up), or load the model with glyd.from_pretrained (attach builds them)")
-            self._grouped = _gpu.DeviceExperts(self.full())
+            self._grouped = _gpu.DeviceExperts(self.full(), transposed=self.transposed)
         return self._grouped
 
     def grouped_linear_ok(self) -> bool:
-        """True if linear_grouped can run: fused() and shapes the grouped kernel
-        reads with 16-byte loads (K % 16 == 0, every expert 32-element aligned)."""
+        """True if the grouped kernels can run this tensor: fixed12 bf16 on a GPU,
+        shapes they read aligned (linear layout: in % 16 == 0 and experts of a
+        multiple of 32 elements; transposed: out % 8 == 0)."""
+        h = self.holder
+        if (h.device.type != "cuda" or h.layout != "fixed12" or h.dtype != torch.bfloat16
+                or os.environ.get("GLYD_MOE_NO_FUSED", "") not in ("", "0")):
+            return False
         a, b = self.expert_shape
-        return self.fused() and b % 16 == 0 and (a * b) % 32 == 0
+        if self.transposed:
+            return b % 8 == 0 and (a * b) % 8 == 0
+        return b % 16 == 0 and (a * b) % 32 == 0
 
     def expert(self, e: int):
         """Group e as a one-group DeviceTensor over slices of the planes (no copy)."""
@@ -543,11 +556,11 @@ def grouped_kernel(module, spec: _Spec, device) -> bool:
     nosync() threshold (decode steps, short prompts); weights in the linear
     layout, fixed12. GLYD_MOE_GROUPED=0 turns it off (then: one host
     synchronization and one fused call per routed expert)."""
-    if (device.type != "cuda" or spec.kind != "fused" or spec.all_experts or spec.transposed
-            or not spec.num_experts or os.environ.get("GLYD_MOE_GROUPED", "") in ("0", "false", "False")):
+    if (device.type != "cuda" or spec.kind != "fused" or not spec.num_experts
+            or os.environ.get("GLYD_MOE_GROUPED", "") in ("0", "false", "False")):
         return False
-    return (expert_weights(module, spec.w_in, False).grouped_linear_ok()
-            and expert_weights(module, "down_proj", False).grouped_linear_ok())
+    return (expert_weights(module, spec.w_in, spec.transposed).grouped_linear_ok()
+            and expert_weights(module, "down_proj", spec.transposed).grouped_linear_ok())
 
 
 def _offsets_for(ew: ExpertWeights, offs: torch.Tensor) -> torch.Tensor:
@@ -637,6 +650,42 @@ def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor
     return out.view(hidden.shape)
 
 
+#: Llama 4 (all-experts layout): up to this many tokens, the grouped kernel
+#: without a host synchronization (rows with a non-zero score gathered on the
+#: device); above, one synchronization and per-expert calls.
+ALL_EXPERTS_GROUPED_TOKENS = 16
+
+
+def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[torch.Tensor]:
+    """Llama 4 through the grouped kernel, or None when it does not apply."""
+    E = spec.num_experts
+    H = hidden.shape[-1]
+    flat = hidden.reshape(-1, H)
+    T = flat.shape[0] // E
+    if T > ALL_EXPERTS_GROUPED_TOKENS or not grouped_kernel(module, spec, hidden.device):
+        return None
+    k = module.__dict__.get("_glyd_top_k") or E
+    R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
+    nz = (flat != 0).any(dim=-1)
+    eid = torch.arange(E, device=flat.device).repeat_interleave(T)
+    key = torch.where(nz, eid, torch.full_like(eid, E))     # zero rows sort last
+    _, perm = torch.sort(key, stable=True)
+    offs = torch.cumsum(nz.view(E, T).sum(dim=1), dim=0, dtype=torch.int32)
+    sel = perm[:R]
+    xs = flat.index_select(0, sel)
+    wi = expert_weights(module, spec.w_in, spec.transposed)
+    wd = expert_weights(module, "down_proj", spec.transposed)
+    proj = wi.grouped().linear(xs, offs)
+    real = (torch.arange(R, device=flat.device) < offs[-1]).unsqueeze(-1)
+    h = _gate(module, spec, proj.masked_fill(~real, 0))
+    if h.dtype != flat.dtype:
+        h = h.to(flat.dtype)
+    d = wd.grouped().linear(h.contiguous(), offs)
+    out = torch.zeros_like(flat)
+    out.index_copy_(0, sel, d.masked_fill(~real, 0))
+    return out
+
+
 def _all_experts_forward(module, spec: _Spec, hidden: torch.Tensor) -> torch.Tensor:
     """Llama 4: hidden [E*T, H] holds every token once per expert, scaled by its
     router score (0 for experts the token is not routed to). Only non-zero rows
@@ -707,7 +756,8 @@ def experts_forward(module, *args, **kwargs):
         counts = args[1] if len(args) > 1 else next(iter(kwargs.values()))
         return _grouped_forward(module, spec, x, counts)
     if spec.kind == "fused" and spec.all_experts:
-        return _all_experts_forward(module, spec, x)
+        out = _all_experts_grouped(module, spec, x)
+        return out if out is not None else _all_experts_forward(module, spec, x)
     if spec.kind == "fused":
         idx, w = _routing_args(module, args, kwargs)
         if idx is None:
@@ -727,6 +777,9 @@ def path_of(module, args, kwargs) -> str:
     if spec.kind == "grouped":
         return "grouped"
     if spec.kind == "fused" and spec.all_experts:
+        T = x.reshape(-1, x.shape[-1]).shape[0] // max(spec.num_experts, 1)
+        if T <= ALL_EXPERTS_GROUPED_TOKENS and grouped_kernel(module, spec, x.device):
+            return "grouped-kernel"
         return "all-experts"
     if spec.kind == "fused":
         idx, _ = _routing_args(module, args, kwargs)
@@ -913,13 +966,19 @@ def prepare_experts(model) -> int:
         if not isinstance(m, _m.GlydExperts):
             continue
         spec = spec_of(m)
-        if spec.kind != "fused" or spec.all_experts or spec.transposed:
+        if spec.kind != "fused":
             continue
         for attr in (spec.w_in, "down_proj"):
-            ew = expert_weights(m, attr, False)
+            ew = expert_weights(m, attr, spec.transposed)
             if ew.grouped_linear_ok():
                 ew.grouped()
                 n += 1
+    # Llama 4: the experts see every token of every expert; top_k (of the parent)
+    # bounds the rows with a non-zero score, which sizes the grouped kernel's grid.
+    for _, m in model.named_modules():
+        ex = m._modules.get("experts") if hasattr(m, "_modules") else None
+        if isinstance(ex, _m.GlydExperts) and getattr(m, "top_k", None):
+            ex.__dict__["_glyd_top_k"] = int(m.top_k)
     return n
 
 

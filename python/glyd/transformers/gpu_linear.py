@@ -10,15 +10,16 @@ input is on a CUDA device calls :func:`linear_forward`. Two paths (D9):
   (tokens), the choice of ``glyd._gpu.DeviceTensor.linear`` (one
   implementation for both):
 
-  - below ``glyd._gpu.PROMPT_ROWS`` (256; decode steps, small batches): Glyd's
+  - below ``glyd._gpu.PROMPT_ROWS`` (128; decode steps, small batches): Glyd's
     fused kernel (``glyd_gpu_linear``) decodes the weight in registers inside
     the matmul;
   - from ``PROMPT_ROWS`` rows on (prompts): the weight is decoded a tile of
-    rows at a time (``glyd_gpu_decode_rows``, bit-exact) into a workspace small
-    enough to stay in L2 (a quarter of it), and each tile is multiplied by
-    cuBLAS (``torch.mm`` / ``torch.addmm`` into its column slice of the
-    output). ``GLYD_PROMPT_ROWS`` (0 = never) and ``GLYD_PROMPT_TILE_MB``
-    change the threshold and the tile size.
+    rows at a time (``glyd_gpu_decode_rows``, bit-exact; tiles of 256 MiB of
+    bf16, so most weights are one tile: cuBLAS needs wide GEMMs) into a
+    workspace, and each tile is multiplied by cuBLAS (``torch.mm`` /
+    ``torch.addmm`` into its column slice of the output).
+    ``GLYD_PROMPT_ROWS`` (0 = never) and ``GLYD_PROMPT_TILE_MB`` change the
+    threshold and the tile size.
 * ``exact=True`` (and layouts without a fused kernel, ``smallest``): the
   weight is decoded to bf16 just in time into a temporary buffer from torch's
   caching allocator (decode kernel, bit-exact), then the very op of the bf16

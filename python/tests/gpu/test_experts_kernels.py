@@ -26,13 +26,15 @@ from test_kernels import LINEAR_TOL, bits, weights  # noqa: E402  (same folder: 
 DEV = torch.device("cuda", 0)
 
 
-def experts(e, n, k, seed, zero_expert_rows=True):
+def experts(e, n, k, seed, zero_expert_rows=True, transposed=False):
+    """e experts of [n, k] (transposed: stored [in=n, out=k]) with escapes."""
     w = weights((e, n, k), seed=seed)
     if zero_expert_rows:
         w[0, :2] = 0.0  # whole rows of escapes
         w[e - 1, n - 1, ::3] = 0.0
+        w[e - 1, :, 1] = 0.0  # a column of escapes
     p = glyd.pack(w, groups=e)
-    return w, p, _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV))
+    return w, p, _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV), transposed=transposed)
 
 
 @pytest.mark.parametrize("shape", [(4, 48, 64), (8, 16, 40), (3, 5, 7), (1, 32, 128), (16, 96, 256)])
@@ -56,6 +58,8 @@ def route(counts, tail=0):
 
 def check(w, de, counts, tail=0, bias=False, seed=0, xscale=1.0):
     e, n, k = w.shape
+    if de.transposed:  # stored [in, out]
+        n, k = k, n
     offs, rows = route(counts, tail)
     g = torch.Generator(device=DEV).manual_seed(seed)
     x = (torch.randn(rows, k, generator=g, device=DEV) * xscale).to(torch.bfloat16)
@@ -67,7 +71,7 @@ def check(w, de, counts, tail=0, bias=False, seed=0, xscale=1.0):
     s = 0
     for ex, c in enumerate(counts):
         if c:
-            ref = x[s:s + c].float() @ wd[ex].float().T
+            ref = x[s:s + c].float() @ (wd[ex].float() if de.transposed else wd[ex].float().T)
             if b is not None:
                 ref += b[ex].float()
             got = y[s:s + c].float()
@@ -99,8 +103,11 @@ def test_linear_experts(counts, bias):
 
 
 def test_linear_experts_shapes_not_tile_multiples():
-    w, _, de = experts(5, 37, 48, seed=3)        # 37 rows: a partial 16-row tile
+    w, _, de = experts(5, 37, 64, seed=3)        # 37 rows: a partial 16-row tile
     check(w, de, [2, 0, 11, 1, 5])
+    w, _, de = experts(5, 37, 48, seed=3)        # experts of 37 x 48: planes not 16-byte aligned
+    with pytest.raises(glyd.UnsupportedError, match="aligned"):
+        check(w, de, [2, 0, 11, 1, 5])
     w, _, de = experts(130, 32, 64, seed=4)      # several 32-expert ballots in one scan pass
     counts = [0] * 130
     for e_ in (0, 31, 32, 63, 64, 100, 128, 129):
@@ -179,3 +186,32 @@ def test_graph_capture_new_routing():
         de.linear(x, offs, out=want)
         torch.cuda.synchronize()
         assert torch.equal(bits(y), bits(want)), f"replay {trial} differs from an eager call"
+
+
+@pytest.mark.parametrize("counts", [
+    [1, 0, 0, 0],                  # one token, top-1 (Llama 4 decode)
+    [0, 2, 1, 0],                  # a 2-row expert: the 4-token pass with padding
+    [5, 0, 9, 3],                  # several 4-token passes and a 1-token remainder
+    [0, 0, 0, 0],
+])
+def test_linear_experts_transposed(counts):
+    w, _, de = experts(4, 320, 264, seed=sum(counts) + 20, transposed=True)  # [in=320, out=264]
+    check(w, de, counts, tail=2)
+
+
+def test_linear_experts_transposed_wide():
+    # Llama-4-like proportions (in 640, out 2048): many column tiles and input-row splits
+    w, _, de = experts(3, 640, 2048, seed=21, transposed=True)
+    check(w, de, [0, 1, 0])
+    check(w, de, [2, 3, 4])
+
+
+def test_linear_experts_transposed_errors():
+    w, _, de = experts(2, 64, 32, seed=22, transposed=True)
+    x = torch.randn(3, 64, device=DEV).to(torch.bfloat16)
+    offs = torch.tensor([1, 3], dtype=torch.int32, device=DEV)
+    with pytest.raises(glyd.InvalidArgumentError, match="bias"):
+        de.linear(x, offs, bias=torch.zeros(2, 32, dtype=torch.bfloat16, device=DEV))
+    w, _, de = experts(2, 64, 36, seed=23, transposed=True)  # out % 8 != 0
+    with pytest.raises(glyd.UnsupportedError, match="out % 8"):
+        de.linear(x, offs)

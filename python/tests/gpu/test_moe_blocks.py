@@ -79,25 +79,21 @@ def test_block_sizes(blocks):
 
 @pytest.mark.parametrize("tokens", [1, 4])
 def test_decode_step_graph(blocks, tokens):
-    """At decode sizes the default path of linear-layout experts is the grouped
-    kernel: no host synchronization, so a CUDA graph of the block replays new
-    tokens (new routing) with the bits of an eager call."""
+    """At decode sizes the default path is the grouped kernel (Llama 4's
+    transposed experts included): no host synchronization, so a CUDA graph of
+    the block replays new tokens (new routing) with the bits of an eager call."""
     name, ref, packed = blocks
     set_impl(packed, impls(ref)[0])
     set_exact(packed, False)
-    spec = gpu_experts.spec_of(packed.experts)
-    want_path = "all-experts" if spec.all_experts else "grouped-kernel"
     x = torch.randn(1, tokens, BLOCKS[name][1], device=DEV, dtype=torch.bfloat16)
     with torch.no_grad():
         run(packed, x)  # warm-up: experts tables are built outside the capture
-        if spec.all_experts:
-            pytest.skip("Llama 4 stores experts transposed: routed with one host synchronization")
         calls = []
         hook = packed.experts.register_forward_hook(
             lambda m, a, kw, o: calls.append(gpu_experts.path_of(m, a, kw)), with_kwargs=True)
         run(packed, x)
         hook.remove()
-        assert calls == [want_path]
+        assert calls == ["grouped-kernel"]
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

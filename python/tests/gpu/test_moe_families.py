@@ -199,6 +199,8 @@ def test_routing_out_of_range(model_type, packed_dir, monkeypatch):
 
 
 def test_only_routed_experts_are_read(packed_dir, monkeypatch):
+    """Per-expert path (GLYD_MOE_GROUPED=0): one fused call per routed expert and role."""
+    monkeypatch.setenv("GLYD_MOE_GROUPED", "0")
     model = _load(packed_dir("qwen3_moe", "fixed12"))
     seen = []
     orig = gpu_experts.ExpertWeights.linear
@@ -213,3 +215,25 @@ def test_only_routed_experts_are_read(packed_dir, monkeypatch):
     layers = model.config.num_hidden_layers
     k = model.config.num_experts_per_tok
     assert len(seen) == 2 * k * layers, seen  # gate_up + down of the k routed experts per layer
+
+
+def test_grouped_kernel_gets_only_routed_experts(packed_dir, monkeypatch):
+    """Grouped kernel (the default at decode): two launches per layer, whose
+    offsets give rows to exactly the k routed experts of the token."""
+    from glyd import _gpu as gpu
+
+    model = _load(packed_dir("qwen3_moe", "fixed12"))
+    seen = []
+    orig = gpu.DeviceExperts.linear
+
+    def spy(self, x, offsets, bias=None, out=None):
+        counts = torch.diff(offsets.long(), prepend=offsets.new_zeros(1).long())
+        seen.append((x.shape[0], int((counts > 0).sum()), int(counts.sum())))
+        return orig(self, x, offsets, bias=bias, out=out)
+
+    monkeypatch.setattr(gpu.DeviceExperts, "linear", spy)
+    inputs = {"input_ids": torch.tensor([[5]], device=DEV), "attention_mask": torch.ones(1, 1, dtype=torch.long, device=DEV)}
+    _logits(model, inputs)
+    layers = model.config.num_hidden_layers
+    k = model.config.num_experts_per_tok
+    assert seen == [(k, k, k)] * (2 * layers), seen
