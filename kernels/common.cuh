@@ -27,6 +27,13 @@ __device__ __forceinline__ uint32_t ld_stream4(const void *p) {
 	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
 	return v;
 }
+// The pointer as an opaque value: the compiler keeps it in a register instead
+// of recomputing the arithmetic that made it (rematerialization) in a loop.
+template <class T>
+__device__ __forceinline__ T *pin(T *p) {
+	asm volatile("" : "+l"(p));
+	return p;
+}
 // Activations: re-read by every warp of the block and by neighbouring blocks;
 // keep them in L1 (plain read-only path). Not volatile, so the compiler can
 // hoist them above the tensor-core work of earlier tiles.

@@ -154,7 +154,8 @@ def bench_block(name, tokens, layout="fixed12", seed=0, device=None):
             # path waits for the counts
             spec = gpu_experts.spec_of(glyd_block.experts)
             decode_all = gpu_experts.nosync(spec, t * BLOCKS[name][4], dev)
-            grouped = not decode_all and gpu_experts.grouped_kernel(glyd_block.experts, spec, dev)
+            grouped = not decode_all and gpu_experts.grouped_kernel(glyd_block.experts, spec, dev) and (
+                not spec.all_experts or t <= gpu_experts.ALL_EXPERTS_GROUPED_TOKENS)
             free = decode_all or grouped
             how = "decode + mm" if spec.transposed or layout != "fixed12" else "fused per expert"
             res["glyd_path"] = ("no-sync: decode all + grouped_mm" if decode_all else

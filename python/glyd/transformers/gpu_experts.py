@@ -532,12 +532,15 @@ def _decode_all(module, spec: _Spec, counts, xs):
     return run
 
 
-#: Default path without any host synchronization (capturable in CUDA graphs)
-#: when there are at least this many (token, expert) pairs per expert, so that
-#: nearly every expert is routed to anyway: all experts decoded in one call,
-#: one torch grouped_mm over the pairs sorted by expert, offsets on the device.
-#: Decided from shapes only. GLYD_MOE_NOSYNC_PAIRS overrides (0: never).
-NOSYNC_PAIRS_PER_EXPERT = 4
+#: From this many (token, expert) pairs per expert on, the default path decodes
+#: every expert (two launches) and runs one torch grouped_mm over the pairs
+#: sorted by expert, offsets on the device; below, the grouped kernel reads only
+#: the routed experts (both without host synchronization). On the H200 the
+#: grouped kernel wins up to 16 pairs per expert and decode-all from 32
+#: (Qwen3-30B-A3B at 4 / 32 pairs: 0.53 vs ~1.2 / 1.72 vs 1.34 ms; Mixtral at
+#: 16 / 128: 1.79 vs ~2.6 / 11.0 vs 3.2 ms; docs/PERFORMANCE.md). Decided from
+#: shapes only. GLYD_MOE_NOSYNC_PAIRS overrides (0: never decode-all).
+NOSYNC_PAIRS_PER_EXPERT = 24
 
 
 def nosync(spec: _Spec, pairs: int, device) -> bool:
