@@ -27,8 +27,9 @@ glyd.transformers.gpu_linear):
     H200, L2-sized tiles (12-15 MiB) cost 35-50% more at 512 tokens than one
     whole-weight tile (docs/PERFORMANCE.md). At most one tile of a layer is
     decoded at a time.
-  PROMPT_ROWS is 128 (at 64 rows the fused kernel and this path tie on the
-  H200, at 128 this path is 1.7x faster); environment GLYD_PROMPT_ROWS, read
+  PROMPT_ROWS is 65 (on the H200, Qwen3-8B shapes: at 64 rows the fused
+  kernel and this path tie, 2.73 vs 2.77x bf16; at 96 the fused kernel takes
+  5.4x, this path ~2.7x); environment GLYD_PROMPT_ROWS, read
   at import, 0 = never; set_prompt_rows() for benchmarks. GLYD_PROMPT_TILE_MB
   / set_prompt_tile_mb() set the tile size.
 """
@@ -194,7 +195,7 @@ def _env_number(name: str, default, kind, minimum):
 #: Rows of x (tokens) from which DeviceTensor.linear takes the prompt path
 #: (decode_rows tiles + cuBLAS) instead of the fused kernel; 0 = never.
 #: Environment GLYD_PROMPT_ROWS (read at import); set_prompt_rows() at run time.
-PROMPT_ROWS: int = _env_number("GLYD_PROMPT_ROWS", 128, int, 0)
+PROMPT_ROWS: int = _env_number("GLYD_PROMPT_ROWS", 65, int, 0)
 #: MiB of bf16 weight rows per tile of the prompt path.
 #: Environment GLYD_PROMPT_TILE_MB; set_prompt_tile_mb().
 PROMPT_TILE_MB: float = _env_number("GLYD_PROMPT_TILE_MB", 256.0, float, 1e-9)

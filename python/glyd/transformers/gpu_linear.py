@@ -10,7 +10,7 @@ input is on a CUDA device calls :func:`linear_forward`. Two paths (D9):
   (tokens), the choice of ``glyd._gpu.DeviceTensor.linear`` (one
   implementation for both):
 
-  - below ``glyd._gpu.PROMPT_ROWS`` (128; decode steps, small batches): Glyd's
+  - below ``glyd._gpu.PROMPT_ROWS`` (65; decode steps, small batches): Glyd's
     fused kernel (``glyd_gpu_linear``) decodes the weight in registers inside
     the matmul;
   - from ``PROMPT_ROWS`` rows on (prompts): the weight is decoded a tile of
