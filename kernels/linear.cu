@@ -244,19 +244,13 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 	}
 	const int32_t K32 = (int32_t)K, kb_hi32 = (int32_t)kb_hi; // K < 2^31 (host)
 
-	// Few-token tiles keep two accumulator sets (k-steps 0, 2 and 1, 3 of a
-	// 64-block), added at the end: the four mma's of a k-block then form two
-	// dependent chains instead of one, which the warp scheduler overlaps.
-	constexpr int NACC = MT * NT <= 2 ? 2 : 1;
-	float accs[NACC][MT][NT][4];
+	float acc[MT][NT][4];
 #pragma unroll
-	for (int a = 0; a < NACC; a++)
+	for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-		for (int mt = 0; mt < MT; mt++)
+		for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-			for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-				for (int i = 0; i < 4; i++) accs[a][mt][nt][i] = 0.f;
+			for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
 
 	auto load = [&](WBatch<MT, U> &b, int32_t kbase) {
 #pragma unroll
@@ -308,7 +302,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 				for (int s = 0; s < 4; s++)
 #pragma unroll
 					for (int mt = 0; mt < MT; mt++)
-						mma16816(accs[s % NACC][mt][nt], A[mt][0][2 * s], A[mt][1][2 * s], A[mt][0][2 * s + 1],
+						mma16816(acc[mt][nt], A[mt][0][2 * s], A[mt][1][2 * s], A[mt][0][2 * s + 1],
 						         A[mt][1][2 * s + 1], XB[2 * s], XB[2 * s + 1]);
 			}
 		}
@@ -333,16 +327,8 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 		compute(cur, kbase);
 		cur = nxt;
 	}
-	if (NACC == 2) {
-#pragma unroll
-		for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-			for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-				for (int i = 0; i < 4; i++) accs[0][mt][nt][i] += accs[NACC - 1][mt][nt][i];
-	}
 
-	block_epilogue<MT, NT, WN, WK, SAFE>(p, red, srows, accs[0], n0, m0, split_z);
+	block_epilogue<MT, NT, WN, WK, SAFE>(p, red, srows, acc, n0, m0, split_z);
 }
 
 // Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]).
