@@ -1,0 +1,19 @@
+"""One fused linear for a profiler: `ncu --kernel-name regex:glyd_lin ...
+python python/benchmarks/profile_linear.py N K ROWS` runs glyd_gpu_linear on
+a random packed [N, K] weight a few times (the profiler picks the launch)."""
+
+import sys
+
+import torch
+
+import glyd
+from glyd import _gpu
+
+n, k, rows = (int(a) for a in sys.argv[1:4])
+w = (torch.randn(n, k) * 0.02).to(torch.bfloat16)
+dt = _gpu.DeviceTensor(glyd.pack(w), "cuda")
+x = torch.randn(rows, k, device="cuda").to(torch.bfloat16)
+for _ in range(5):
+    dt.linear(x)
+torch.cuda.synchronize()
+print("kernel:", dt.linear_kernel(rows))
