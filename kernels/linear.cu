@@ -29,15 +29,9 @@
  *   decoded into the pairs (0,4) (2,6) (1,5) (3,7) (8,12) (10,14) (9,13) (11,15)
  *   which feed the 4 mma k-steps; the activations are permuted the same way with
  *   one prmt per register.
- *   Dynamic shared memory = align4(ROWS+1) * 4 + max((WK/2)*ROWS*TB*4,
- *   TB*(ROWS+1)*4, XS bytes) bytes: the escape ranges of the block's rows, then
- *   one region used first by the staged activations and after the k loop by
- *   the tree reduction of the WK warps and the [TB][ROWS+1] output tile.
- *   XS (tiles of 16+ tokens, NT >= 2, XS bytes <= 96 KiB): the block copies
- *   its x tile of the next iteration ([TB][WK*U*64], rows padded by 8 bf16)
- *   into shared memory with cp.async while the current one is multiplied,
- *   double-buffered: XS bytes = 2 * TB * (WK*U*64 + 8) * 2. Fewer tokens (and
- *   larger tiles) read x through L1.
+ *   Dynamic shared memory = (align4(ROWS+1) + max((WK/2)*ROWS*TB, TB*(ROWS+1))) * 4
+ *   bytes: the escape ranges of the block's rows, the tree reduction of the
+ *   WK warps, then the [TB][ROWS+1] output tile.
  *   Split-K over blocks (p.splits > 1, gridDim.z = splits): each block sums
  *   its share of the k-blocks and writes fp32 partials to p.ws [splits][R][N];
  *   glyd_lin_reduce (same stream, next launch) adds them in split order and
@@ -209,9 +203,6 @@ template <int MT, int NT, int WN, int WK, int U, bool SAFE>
 __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
                                            uint32_t split_z) {
 	constexpr int ROWS = 16 * MT * WN, TB = 8 * NT;
-	// Tiles of 16+ tokens stage the activations in shared memory (XS): ncu on
-	// the L1 path at 32 tokens: 0.62 eligible warps per scheduler, DRAM 28%.
-	constexpr bool XS = NT >= 2 && 2 * TB * (WK * U * 64 + 8) * 2 <= 96 * 1024;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int wn = warp % WN, wk = warp / WN;
 	const int g = lane >> 2, t = lane & 3;
@@ -280,13 +271,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 				}
 		}
 	};
-	// Staged activations (XS): the block's x tile of one iteration, [TB][STEP*64]
-	// (+8 columns of padding: conflict-free 16-byte reads), double-buffered in
-	// the shared memory the epilogue uses later.
-	constexpr int32_t STEP = WK * U;
-	constexpr int XS_LD = STEP * 64 + 8;
-	const uint16_t *xst = (const uint16_t *)red;
-	auto compute = [&](const WBatch<MT, U> &b, int32_t kbase, int buf) {
+	auto compute = [&](const WBatch<MT, U> &b, int32_t kbase) {
 #pragma unroll
 		for (int u = 0; u < U; u++) {
 			const int32_t kb = kbase + u * WK;
@@ -300,11 +285,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 #pragma unroll
 			for (int nt = 0; nt < NT; nt++) {
 				uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
-				if (ok && XS) {
-					const uint16_t *q = xst + (size_t)(buf * TB + nt * 8 + g) * XS_LD + (u * WK + wk) * 64 + 16 * t;
-					xa = *(const uint4 *)q;
-					xb = *(const uint4 *)(q + 8);
-				} else if (ok) {
+				if (ok) {
 					xa = ld_act16(xr[nt] + k0);
 					xb = ld_act16(xr[nt] + k0 + 8);
 				}
@@ -327,31 +308,11 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 		}
 	};
 
-	// x tile of iteration i (k-blocks kb_lo + i*STEP ...) into buffer buf with
-	// cp.async, every thread a share of its 16-byte chunks. Rows past R read row
-	// R-1 and columns past K read the last 8 (their products are not used: the
-	// compute takes x = 0 where k >= K, and rows >= R are never stored).
-	auto stage = [&](int32_t i, int buf) {
-		constexpr int CPR = STEP * 8; // 16-byte chunks per row
-		const int64_t col0 = ((int64_t)kb_lo + (int64_t)i * STEP) * 64;
-		for (int c = threadIdx.x; c < TB * CPR; c += blockDim.x) {
-			const int row = c / CPR, ch = c % CPR;
-			int64_t m = m0 + row;
-			if (m >= R) m = R - 1;
-			int64_t col = col0 + ch * 8;
-			if (col > K - 8) col = K - 8;
-			cp_async16((void *)(xst + (size_t)(buf * TB + row) * XS_LD + ch * 8), x + m * K + col);
-		}
-		cp_async_commit();
-	};
-
-	// Software pipeline: the next batch of weights (and with XS the next x
-	// tile) is in flight while the current one is decoded and multiplied.
-	// Every warp runs the same number of iterations (the barriers of XS).
-	const int32_t iters = (int32_t)((kb_hi - kb_lo + STEP - 1) / STEP);
+	// Software pipeline: the next batch of weights is in flight while the
+	// current one is decoded and multiplied.
+	constexpr int32_t STEP = WK * U;
 	int32_t kbase = (int32_t)kb_lo + wk;
 	WBatch<MT, U> cur, nxt;
-	if (XS && iters > 0) stage(0, 0);
 	load(cur, kbase);
 	// Escape ranges of the block's rows, fetched behind the first weights.
 	const bool split = p.splits > 1;
@@ -361,18 +322,9 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 			srows[i] = ld_u32((const uint32_t *)p.escrows + r);
 		}
 	}
-	for (int32_t i = 0; i < iters; i++, kbase += STEP) {
-		if (XS) {
-			if (i + 1 < iters) stage(i + 1, (i + 1) & 1);
-			else cp_async_commit(); // an empty group keeps the wait below uniform
-		}
+	for (; kbase < kb_hi32; kbase += STEP) {
 		if (kbase + STEP < kb_hi32) load(nxt, kbase + STEP);
-		if (XS) {
-			cp_async_wait<1>(); // this thread's chunks of tile i have landed
-			__syncthreads();    // and everyone's
-		}
-		compute(cur, kbase, i & 1);
-		if (XS) __syncthreads(); // tile i is read before iteration i + 1 stages into its buffer
+		compute(cur, kbase);
 		cur = nxt;
 	}
 

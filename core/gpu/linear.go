@@ -43,8 +43,6 @@ func (c linConfig) smem() int {
 	ring := 0
 	if c.Async {
 		ring = c.WK * c.U * c.MT * 2 * 32 * 24
-	} else if xs := 2 * c.tokens() * (c.WK*c.U*64 + 8) * 2; c.NT >= 2 && xs <= 96*1024 && xs > tree {
-		tree = xs // staged activations (XS in kernels/linear.cu), aliased with the tree
 	}
 	return ((c.rows()+1+3)&^3)*4 + tree + ring
 }
