@@ -144,9 +144,8 @@ func glydgo_gpu_decode_rows(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_t
 	return result(gpu.DecodeRows(int(device), uintptr(stream), d, int64(row0), int64(rows), uintptr(dst)))
 }
 
-//export glydgo_gpu_escape_index_bytes
-func glydgo_gpu_escape_index_bytes(t *C.glyd_gpu_tensor, bytes *C.size_t) (rc C.int) {
-	defer guard(&rc)
+// sizeOf is the body of the glyd_gpu_*_bytes exports: *bytes = size(t).
+func sizeOf(t *C.glyd_gpu_tensor, bytes *C.size_t, size func(*gpu.DeviceTensor) (uint64, error)) C.int {
 	if bytes == nil {
 		return fail(errArg("bytes is NULL"))
 	}
@@ -154,7 +153,7 @@ func glydgo_gpu_escape_index_bytes(t *C.glyd_gpu_tensor, bytes *C.size_t) (rc C.
 	if err != nil {
 		return fail(err)
 	}
-	n, err := gpu.EscapeIndexBytes(d)
+	n, err := size(d)
 	if err != nil {
 		return fail(err)
 	}
@@ -162,21 +161,35 @@ func glydgo_gpu_escape_index_bytes(t *C.glyd_gpu_tensor, bytes *C.size_t) (rc C.
 	return C.int(status.OK)
 }
 
-//export glydgo_gpu_build_escape_index
-func glydgo_gpu_build_escape_index(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_tensor, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
-	defer guard(&rc)
+// buildInto is the body of the glyd_gpu_build_* exports: dst_bytes checked
+// against size(t), then build.
+func buildInto(fn string, t *C.glyd_gpu_tensor, dstBytes C.size_t, size func(*gpu.DeviceTensor) (uint64, error), build func(*gpu.DeviceTensor) error) C.int {
 	d, err := gpuTensor(t)
 	if err != nil {
 		return fail(err)
 	}
-	need, err := gpu.EscapeIndexBytes(d)
+	need, err := size(d)
 	if err != nil {
 		return fail(err)
 	}
 	if uint64(dstBytes) < need {
-		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_build_escape_index: dst_bytes %d < %d", dstBytes, need))
+		return fail(status.Errorf(status.BufferTooSmall, "%s: dst_bytes %d < %d", fn, dstBytes, need))
 	}
-	return result(gpu.BuildEscapeIndex(int(device), uintptr(stream), d, uintptr(dst)))
+	return result(build(d))
+}
+
+//export glydgo_gpu_escape_index_bytes
+func glydgo_gpu_escape_index_bytes(t *C.glyd_gpu_tensor, bytes *C.size_t) (rc C.int) {
+	defer guard(&rc)
+	return sizeOf(t, bytes, gpu.EscapeIndexBytes)
+}
+
+//export glydgo_gpu_build_escape_index
+func glydgo_gpu_build_escape_index(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_tensor, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
+	defer guard(&rc)
+	return buildInto("glyd_gpu_build_escape_index", t, dstBytes, gpu.EscapeIndexBytes, func(d *gpu.DeviceTensor) error {
+		return gpu.BuildEscapeIndex(int(device), uintptr(stream), d, uintptr(dst))
+	})
 }
 
 //export glydgo_gpu_linear_workspace_bound

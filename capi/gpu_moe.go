@@ -18,36 +18,15 @@ import (
 //export glydgo_gpu_experts_table_bytes
 func glydgo_gpu_experts_table_bytes(w *C.glyd_gpu_tensor, bytes *C.size_t) (rc C.int) {
 	defer guard(&rc)
-	if bytes == nil {
-		return fail(errArg("bytes is NULL"))
-	}
-	d, err := gpuTensor(w)
-	if err != nil {
-		return fail(err)
-	}
-	n, err := gpu.ExpertsTableBytes(d)
-	if err != nil {
-		return fail(err)
-	}
-	*bytes = C.size_t(n)
-	return C.int(status.OK)
+	return sizeOf(w, bytes, gpu.ExpertsTableBytes)
 }
 
 //export glydgo_gpu_build_experts_table
 func glydgo_gpu_build_experts_table(device C.int, stream unsafe.Pointer, w *C.glyd_gpu_tensor, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
 	defer guard(&rc)
-	d, err := gpuTensor(w)
-	if err != nil {
-		return fail(err)
-	}
-	need, err := gpu.ExpertsTableBytes(d)
-	if err != nil {
-		return fail(err)
-	}
-	if uint64(dstBytes) < need {
-		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_build_experts_table: dst_bytes %d < %d", dstBytes, need))
-	}
-	return result(gpu.BuildExpertsTable(int(device), uintptr(stream), d, uintptr(dst)))
+	return buildInto("glyd_gpu_build_experts_table", w, dstBytes, gpu.ExpertsTableBytes, func(d *gpu.DeviceTensor) error {
+		return gpu.BuildExpertsTable(int(device), uintptr(stream), d, uintptr(dst))
+	})
 }
 
 //export glydgo_gpu_decode_experts
@@ -66,22 +45,12 @@ func glydgo_gpu_decode_experts(device C.int, stream unsafe.Pointer, w *C.glyd_gp
 //export glydgo_gpu_experts_workspace_bound
 func glydgo_gpu_experts_workspace_bound(w *C.glyd_gpu_tensor, rows C.int64_t, transposed C.int, bytes *C.size_t) (rc C.int) {
 	defer guard(&rc)
-	if bytes == nil {
-		return fail(errArg("bytes is NULL"))
-	}
-	d, err := gpuTensor(w)
-	if err != nil {
-		return fail(err)
-	}
 	if rows < 0 || rows > 1<<40 {
 		return fail(errArg("rows %d out of range", rows))
 	}
-	n, err := gpu.ExpertsWorkspaceBound(d, int64(rows), transposed != 0)
-	if err != nil {
-		return fail(err)
-	}
-	*bytes = C.size_t(n)
-	return C.int(status.OK)
+	return sizeOf(w, bytes, func(d *gpu.DeviceTensor) (uint64, error) {
+		return gpu.ExpertsWorkspaceBound(d, int64(rows), transposed != 0)
+	})
 }
 
 //export glydgo_gpu_linear_experts
