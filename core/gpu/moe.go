@@ -201,18 +201,16 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 var expertsConfig = linConfig{1, 1, 1, 8, 1, false}
 
 // transposedSplits is how many slices of the input rows the transposed
-// kernel sums separately (grid y): about eight blocks per SM of a 132-SM GPU
-// (three fit at once: several waves, so the last one is a small share; ncu on
-// Llama 4's gate_up with 1.45 waves: 29% occupancy, DRAM 23%), each warp with
-// >= 8 input rows. A constant of the shapes only, so the workspace bound and
-// the result bits do not depend on the GPU.
+// kernel sums separately (grid y): enough blocks for two per SM of a 132-SM
+// GPU, each warp with >= 8 input rows. A constant of the shapes only, so the
+// workspace bound and the result bits do not depend on the GPU.
 func transposedSplits(e, ri, co, rows int64) int64 {
 	z := e
 	if rows < z {
 		z = rows
 	}
 	tiles := (co + 255) / 256
-	s := (4*splitTarget + tiles*z - 1) / (tiles * z)
+	s := (2*splitTarget + tiles*z - 1) / (tiles * z)
 	if m := ri / 64; s > m {
 		s = m
 	}
