@@ -81,6 +81,57 @@ def test_grouped_path_matches_family_forward(model_type, nosync, packed_dir, mon
     assert n
 
 
+class _ReferenceExperts:
+    """What glyd._gpu.DeviceExperts.linear computes, in torch on the CPU: rows of
+    expert e are [offsets[e-1], offsets[e]) (clamped to the rows), each multiplied
+    by the decoded expert; rows from offsets[-1] on are NOT written (NaN here, so
+    the caller's masking is checked too)."""
+
+    def __init__(self, ew):
+        self.ew = ew
+
+    def linear(self, x, offsets, bias=None, out=None):
+        ew = self.ew
+        assert offsets.dtype == torch.int32 and offsets.numel() == ew.num
+        y = torch.full((x.shape[0], ew.out_features), float("nan"), dtype=x.dtype)
+        start = 0
+        for e, end in enumerate(offsets.tolist()):
+            end = min(max(end, 0), x.shape[0])
+            if end > start:
+                w = ew.decode(e, torch.empty(ew.expert_shape, dtype=ew.holder.dtype)).float()
+                y[start:end] = (x[start:end].float() @ (w if ew.transposed else w.T)).to(x.dtype)
+            start = max(start, end)
+        return y
+
+
+@pytest.mark.parametrize("model_type", MOE_TYPES)
+def test_grouped_kernel_path_logic(model_type, packed_dir, monkeypatch):
+    """The grouped-kernel path (no host synchronization: pairs sorted on the device,
+    offsets by histc + cumsum, Llama 4's rows gathered on the device, LongCat's
+    zero experts padded out of the offsets), run with a torch reference in place of
+    the kernel, against the family's own forward."""
+    model = glyd.from_pretrained(packed_dir(model_type, "fixed12"))
+    calls = _capture(model, model_inputs(model_type))
+    monkeypatch.setattr(gpu_experts, "_FORCE", True)
+    monkeypatch.setenv("GLYD_MOE_NOSYNC_PAIRS", "0")
+    monkeypatch.setattr(gpu_experts, "grouped_kernel",
+                        lambda module, spec, device: spec.kind == "fused" and bool(spec.num_experts))
+    monkeypatch.setattr(gpu_experts.ExpertWeights, "grouped", lambda self: _ReferenceExperts(self))
+    n = 0
+    for mod, args, kwargs, ref in calls:
+        if not isinstance(mod, GlydExperts) or gpu_experts.spec_of(mod).kind != "fused":
+            continue
+        assert gpu_experts.path_of(mod, args, kwargs) == "grouped-kernel"
+        with torch.no_grad():
+            got = gpu_experts.experts_forward(mod, *args, **kwargs)
+        assert got.shape == ref.shape and got.dtype == ref.dtype
+        close(got, ref)
+        n += 1
+    if not any(gpu_experts.spec_of(m).kind == "fused" for m, *_ in calls if isinstance(m, GlydExperts)):
+        pytest.skip(f"{model_type} has no fused-kind experts")
+    assert n
+
+
 def test_routing_out_of_range_is_an_error(packed_dir, monkeypatch):
     model = glyd.from_pretrained(packed_dir("qwen3_moe", "fixed12"))
     calls = _capture(model, model_inputs("qwen3_moe"))
