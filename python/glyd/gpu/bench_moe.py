@@ -150,18 +150,22 @@ def bench_block(name, tokens, layout="fixed12", seed=0, device=None):
 
             set_impl(glyd_block, best_impl)
             set_exact(glyd_block, False)
-            # the no-sync paths (grouped kernel, decode all) can be captured; the routed
-            # path waits for the counts
+            # the path the experts call takes (gpu_experts.path_of, recorded on the call):
+            # the no-sync ones (grouped kernel, decode all) can be captured; the routed
+            # and all-experts paths wait for the host
+            paths = []
+            hook = glyd_block.experts.register_forward_hook(
+                lambda m, a, kw, o: paths.append(gpu_experts.path_of(m, a, kw)), with_kwargs=True)
+            try:
+                got = run(glyd_block, x)
+            finally:
+                hook.remove()
+            path = paths[0] if paths else "exact"
+            free = path in ("nosync", "grouped-kernel")
             spec = gpu_experts.spec_of(glyd_block.experts)
-            decode_all = gpu_experts.nosync(spec, t * BLOCKS[name][4], dev)
-            grouped = not decode_all and gpu_experts.grouped_kernel(glyd_block.experts, spec, dev) and (
-                not spec.all_experts or t <= gpu_experts.ALL_EXPERTS_GROUPED_TOKENS)
-            free = decode_all or grouped
             how = "decode + mm" if spec.transposed or layout != "fixed12" else "fused per expert"
-            res["glyd_path"] = ("no-sync: decode all + grouped_mm" if decode_all else
-                                "no-sync: grouped kernel" if grouped else
-                                f"all-experts, {how}" if spec.all_experts else f"routed, {how}")
-            got = run(glyd_block, x)
+            res["glyd_path"] = {"nosync": "no-sync: decode all + grouped_mm", "grouped-kernel": "no-sync: grouped kernel",
+                                "all-experts": f"all-experts, {how}", "routed": f"routed, {how}"}.get(path, path)
             res["glyd_rel_err"] = ((got.float() - want.float()).norm() / want.float().norm()).item()
             res["glyd_ms"], res["glyd_timing"] = timed(lambda: run(glyd_block, x), graph=free)
             set_exact(glyd_block, True)
