@@ -198,9 +198,7 @@ class ExpertWeights:
         """True if the grouped kernels can run this tensor: fixed12 bf16 on a GPU,
         shapes they read aligned (linear layout: in % 16 == 0 and experts of a
         multiple of 32 elements; transposed: out % 8 == 0)."""
-        h = self.holder
-        if (h.device.type != "cuda" or h.layout != "fixed12" or h.dtype != torch.bfloat16
-                or os.environ.get("GLYD_MOE_NO_FUSED", "") not in ("", "0")):
+        if not self._kernels_apply():
             return False
         a, b = self.expert_shape
         if self.transposed:
@@ -232,10 +230,15 @@ class ExpertWeights:
             h.packed().unpack_group(e, out=out)
         return out
 
-    def fused(self) -> bool:
+    def _kernels_apply(self) -> bool:
+        """fixed12 bf16 planes on a GPU, and the kernels not turned off (GLYD_MOE_NO_FUSED)."""
         h = self.holder
-        return (h.device.type == "cuda" and not self.transposed and h.layout == "fixed12"
-                and h.dtype == torch.bfloat16 and os.environ.get("GLYD_MOE_NO_FUSED", "") in ("", "0"))
+        return (h.device.type == "cuda" and h.layout == "fixed12" and h.dtype == torch.bfloat16
+                and os.environ.get("GLYD_MOE_NO_FUSED", "") in ("", "0"))
+
+    def fused(self) -> bool:
+        """True if the per-expert fused linear (glyd_gpu_linear) can run this tensor."""
+        return not self.transposed and self._kernels_apply()
 
     def linear(self, e: int, x: torch.Tensor, out: torch.Tensor, ws) -> torch.Tensor:
         """out = x @ W[e].T (linear layout) or x @ W[e] (transposed); x, out 2-D contiguous."""
