@@ -12,6 +12,7 @@ import "C"
 
 import (
 	"math/bits"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -268,6 +269,18 @@ func glydgo_gpu_force_kernel(name *C.char) (rc C.int) {
 		s = C.GoString(name)
 	}
 	return result(gpu.ForceConfig(s))
+}
+
+var linearConfigsC = sync.OnceValue(func() *C.char { return C.CString(strings.Join(gpu.ConfigNames(), "\n")) })
+
+//export glydgo_gpu_linear_configs
+func glydgo_gpu_linear_configs(names **C.char) (rc C.int) {
+	defer guard(&rc)
+	if names == nil {
+		return fail(errArg("names is NULL"))
+	}
+	*names = linearConfigsC()
+	return C.int(status.OK)
 }
 
 // packArgs converts the arguments common to the glyd_gpu_pack* calls.

@@ -383,6 +383,10 @@ int glyd_gpu_linear_kernel(const glyd_gpu_tensor *w, int64_t rows, const char **
  * process; NULL or "" restores the automatic choice. NOT_FOUND if unknown. */
 int glyd_gpu_force_kernel(const char *name);
 
+/* Benchmarks only: the names glyd_gpu_force_kernel accepts, separated by
+ * '\n' (static storage; "generic" is accepted too and not listed). */
+int glyd_gpu_linear_configs(const char **names);
+
 /* Packing on the GPU. The planes, groups and checksum are exactly those
  * glyd_pack writes for the same elements, layout and groups (kernels/pack.cu;
  * both layouts, bf16 only: fp16 gives UNSUPPORTED, pack it with glyd_pack).

@@ -65,10 +65,13 @@ __device__ __forceinline__ uint32_t prmt_sr(uint32_t a, uint32_t b, uint32_t sel
 	return d;
 }
 // Two bf16 from P (sign-replicated sm bytes, see prmt_sr) and E (exponents at
-// bits 7..14 and 23..30): sign and mantissa from P, exponent from E. The
-// compiler emits one LOP3 for it.
+// bits 7..14 and 23..30): sign and mantissa from P, exponent from E. Written
+// as one lop3 ((a & c) | (b & ~c): 0xE4): from the C expression the compiler
+// emitted two LOP3 per pair (SASS, sm_90a, nvcc 13.0).
 __device__ __forceinline__ uint32_t lop3_sel(uint32_t P, uint32_t E) {
-	return (P & 0x807f807fu) | (E & ~0x807f807fu);
+	uint32_t d;
+	asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(d) : "r"(P), "r"(E), "n"(0x807f807f));
+	return d;
 }
 // One bf16 from its sign+mantissa byte and its exponent.
 __device__ __forceinline__ uint16_t bf16_bits(uint32_t b, uint32_t e) {

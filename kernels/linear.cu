@@ -64,23 +64,31 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The exponents of 8 weights from their 4-bit codes (one 32-bit code word):
+// ca = elements 0 2 4 6 in bytes 0..3, cb = elements 1 3 5 7, each code + base
+// (code 15: base + 15, or 0 when SAFE).
+template <bool SAFE>
+__device__ __forceinline__ void code_bytes(const uint32_t cw, const uint32_t B4, uint32_t &ca, uint32_t &cb) {
+	ca = cw & 0x0f0f0f0fu;
+	cb = (cw >> 4) & 0x0f0f0f0fu;
+	if (SAFE) {
+		ca = __vadd4(ca, B4) & __vcmpne4(ca, 0x0f0f0f0fu);
+		cb = __vadd4(cb, B4) & __vcmpne4(cb, 0x0f0f0f0fu);
+	} else {
+		ca += B4; // no carry between bytes: base + 15 <= 254 here
+		cb += B4;
+	}
+}
+
 // 16 weights of one row (16 sm bytes, 8 code bytes) -> 8 bf16x2 words in the
 // pair order (0,4) (2,6) (1,5) (3,7) (8,12) (10,14) (9,13) (11,15).
 template <bool SAFE>
 __device__ __forceinline__ void decode16(const uint4 s, const uint2 c, const uint32_t B4, uint32_t (&W)[8]) {
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
-		const uint32_t cw = h ? c.y : c.x;
 		const uint32_t s0 = h ? s.z : s.x, s1 = h ? s.w : s.y;
-		uint32_t ca = cw & 0x0f0f0f0fu;        // codes of elements 0 2 4 6 (bytes 0..3)
-		uint32_t cb = (cw >> 4) & 0x0f0f0f0fu; // codes of elements 1 3 5 7
-		if (SAFE) {
-			ca = __vadd4(ca, B4) & __vcmpne4(ca, 0x0f0f0f0fu);
-			cb = __vadd4(cb, B4) & __vcmpne4(cb, 0x0f0f0f0fu);
-		} else {
-			ca += B4; // no carry between bytes: base + 15 <= 254 here
-			cb += B4;
-		}
+		uint32_t ca, cb;
+		code_bytes<SAFE>(h ? c.y : c.x, B4, ca, cb);
 		W[4 * h + 0] = lop3_sel(prmt_sr(s0, s1, 0xC480), ca << 7); // (0,4)
 		W[4 * h + 1] = lop3_sel(prmt_sr(s0, s1, 0xE6A2), ca >> 1); // (2,6)
 		W[4 * h + 2] = lop3_sel(prmt_sr(s0, s1, 0xD591), cb << 7); // (1,5)

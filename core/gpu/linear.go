@@ -20,13 +20,22 @@ import (
 // Async configurations (glyd_lin_f12a_*) stream the weights through a
 // shared-memory ring of U stages with cp.async and are persistent (grid y
 // capped at what fits on the GPU at once); WN is 1.
+
 type linConfig struct {
 	MT, NT, WN, WK, U int
-	Async             bool
+	Kind              linKind
 }
 
+type linKind int
+
+const (
+	linRegs  linKind = iota // glyd_lin_f12_*: weights pipelined in registers
+	linAsync                // glyd_lin_f12a_*
+)
+
 func (c linConfig) name() string {
-	if c.Async {
+	switch c.Kind {
+	case linAsync:
 		return fmt.Sprintf("glyd_lin_f12a_m%dn%dk%ds%d", c.MT, c.NT, c.WK, c.U)
 	}
 	return fmt.Sprintf("glyd_lin_f12_m%dn%dw%dk%du%d", c.MT, c.NT, c.WN, c.WK, c.U)
@@ -34,17 +43,17 @@ func (c linConfig) name() string {
 func (c linConfig) rows() int    { return 16 * c.MT * c.WN } // weight rows per block
 func (c linConfig) tokens() int  { return 8 * c.NT }         // tokens per block
 func (c linConfig) threads() int { return 32 * c.WN * c.WK }
+
+// smem is the dynamic shared memory of a block, as the kernel lays it out.
 func (c linConfig) smem() int {
-	tree := (c.WK / 2) * c.rows() * c.tokens() * 4
+	srows := ((c.rows() + 1 + 3) &^ 3) * 4
 	tile := c.tokens() * (c.rows() + 1) * 4
-	if tree < tile {
-		tree = tile
-	}
+	tree := (c.WK / 2) * c.rows() * c.tokens() * 4
 	ring := 0
-	if c.Async {
+	if c.Kind == linAsync {
 		ring = c.WK * c.U * c.MT * 2 * 32 * 24
 	}
-	return ((c.rows()+1+3)&^3)*4 + tree + ring
+	return srows + max(tree, tile) + ring
 }
 
 // linConfigs is the table of configurations compiled into the fatbin (the
@@ -57,33 +66,35 @@ func (c linConfig) smem() int {
 //     is split over blocks (grid z) when that leaves too few blocks;
 //   - prompts: the tensor cores bound; 128..256 rows x 64..128 tokens tiles.
 var linConfigs = []linConfig{
-	{1, 1, 1, 8, 2, false},
-	{1, 1, 1, 8, 1, false},
-	{1, 2, 1, 8, 2, false},
-	{1, 4, 2, 4, 1, false},
-	{1, 8, 4, 2, 1, false},
-	{1, 8, 8, 1, 1, false},
-	{1, 16, 8, 1, 1, false},
-	{2, 8, 8, 1, 1, false},
-	{2, 16, 4, 1, 1, false},
-	{1, 1, 1, 8, 4, true},
-	{1, 1, 1, 8, 8, true},
-	{1, 2, 1, 8, 4, true},
-	{2, 1, 1, 8, 4, true},
-	{1, 1, 1, 4, 8, true},
-	{1, 2, 1, 8, 1, false},
-	{1, 2, 2, 4, 1, false},
-	{1, 8, 2, 4, 1, false},
-	{2, 4, 1, 8, 1, false},
-	{2, 8, 2, 4, 1, false},
-	{1, 16, 2, 4, 1, false},
+	{1, 1, 1, 8, 2, linRegs},
+	{1, 1, 1, 8, 1, linRegs},
+	{1, 2, 1, 8, 2, linRegs},
+	{1, 4, 2, 4, 1, linRegs},
+	{1, 8, 4, 2, 1, linRegs},
+	{1, 8, 8, 1, 1, linRegs},
+	{1, 16, 8, 1, 1, linRegs},
+	{2, 8, 8, 1, 1, linRegs},
+	{2, 16, 4, 1, 1, linRegs},
+	{1, 1, 1, 8, 4, linAsync},
+	{1, 1, 1, 8, 8, linAsync},
+	{1, 2, 1, 8, 4, linAsync},
+	{2, 1, 1, 8, 4, linAsync},
+	{1, 1, 1, 4, 8, linAsync},
+	{1, 2, 1, 8, 1, linRegs},
+	{1, 2, 2, 4, 1, linRegs},
+	{1, 8, 2, 4, 1, linRegs},
+	{2, 4, 1, 8, 1, linRegs},
+	{2, 8, 2, 4, 1, linRegs},
+	{1, 16, 2, 4, 1, linRegs},
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
-// rows. From the configuration sweeps on the H200 (docs/PERFORMANCE.md,
-// run 5): at 1-8 tokens two k-blocks in flight per lane (u2) win when the
-// 16-row blocks are few (o, down of Qwen3-8B: 256 blocks), one (u1, higher
-// occupancy) when they are many (qkv 384, gate_up 1536).
+// rows. From the configuration sweeps on the H200 (docs/PERFORMANCE.md): at
+// 1-8 tokens two k-blocks in flight per lane (u2) win when the 16-row blocks
+// are few (o, down of Qwen3-8B: 256 blocks), one (u1, higher occupancy) when
+// they are many (qkv 384, gate_up 1536); from 17 tokens the session-3 sweep
+// (all linears of 12 Qwen3-8B layers) picks m2n4w1k8u1 to 32 tokens, then
+// m1n8w2k4u1, and m1n8w4k2u1 beyond 64 (2x faster than m2n16w4k1u1 at 128).
 func pickConfig(rows, n int64) int {
 	if f := forced.Load(); f > 0 {
 		return int(f - 1)
@@ -95,11 +106,13 @@ func pickConfig(rows, n int64) int {
 		}
 		return 1 // m1n1w1k8u1
 	case rows <= 16:
-		return 14 // m1n2w1k8u1 (run 7: 4.60 ms vs 5.35 for m1n2w1k8u2)
+		return 14 // m1n2w1k8u1 (1.43 ms; next m1n2w2k4u1 1.53)
+	case rows <= 32:
+		return 17 // m2n4w1k8u1 (2.16 ms; next m1n4w2k4u1 and m1n2w2k4u1 2.31)
 	case rows <= 64:
-		return 3 // m1n4w2k4u1
+		return 16 // m1n8w2k4u1 (2.77 ms; next m2n8w2k4u1 2.98)
 	default:
-		return 8 // m2n16w4k1u1
+		return 4 // m1n8w4k2u1 (128 tokens 4.95 ms; next m1n8w2k4u1 4.97)
 	}
 }
 
@@ -147,6 +160,15 @@ func ForceConfig(name string) error {
 		return nil
 	}
 	return status.Errorf(status.NotFound, "gpu: no configuration %q", name)
+}
+
+// ConfigNames lists the configurations ForceConfig accepts (besides "generic").
+func ConfigNames() []string {
+	names := make([]string, len(linConfigs))
+	for i, c := range linConfigs {
+		names[i] = c.name()
+	}
+	return names
 }
 
 // ConfigFor names the kernel Linear would run for w and rows tokens.
@@ -269,7 +291,7 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		p.splits = C.glyd_u32(s)
 		p.ws = C.glyd_u64(workspace)
 	}
-	if c.Async {
+	if c.Kind == linAsync {
 		// persistent: no more blocks than fit on the GPU at once
 		fit := int64(d.occ[ci]) * int64(d.info.SMs) / (gx * s)
 		if fit < 1 {

@@ -198,7 +198,7 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 
 // expertsConfig is the tile configuration of the grouped kernel
 // (glyd_lin_f12g_m1n1w1k8u1: linear_f12 with 16 rows, 8 warps splitting K).
-var expertsConfig = linConfig{1, 1, 1, 8, 1, false}
+var expertsConfig = linConfig{1, 1, 1, 8, 1, linRegs}
 
 // transposedSplits is how many slices of the input rows the transposed
 // kernel sums separately (grid y): enough blocks for two per SM of a 132-SM

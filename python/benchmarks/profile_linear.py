@@ -1,6 +1,7 @@
 """One fused linear for a profiler: `ncu --kernel-name regex:glyd_lin ...
-python python/benchmarks/profile_linear.py N K ROWS` runs glyd_gpu_linear on
-a random packed [N, K] weight a few times (the profiler picks the launch)."""
+python python/benchmarks/profile_linear.py N K ROWS [CONFIG]` runs glyd_gpu_linear on
+a random packed [N, K] weight a few times (the profiler picks the launch), with the
+kernel configuration CONFIG (a name of glyd._gpu.linear_configs()) if given."""
 
 import sys
 
@@ -10,6 +11,8 @@ import glyd
 from glyd import _gpu
 
 n, k, rows = (int(a) for a in sys.argv[1:4])
+if len(sys.argv) > 4:
+    _gpu.force_kernel(sys.argv[4])
 w = (torch.randn(n, k) * 0.02).to(torch.bfloat16)
 dt = _gpu.DeviceTensor(glyd.pack(w), "cuda")
 x = torch.randn(rows, k, device="cuda").to(torch.bfloat16)

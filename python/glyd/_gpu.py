@@ -47,7 +47,7 @@ import torch
 from . import _lib
 from .errors import InvalidArgumentError
 
-__all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "force_kernel", "pack",
+__all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "pack",
            "pack_planes", "pack_device", "set_prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL"]
 
 LAYOUT_FIXED12 = 1
@@ -102,6 +102,7 @@ _SIGNATURES = {
     "glyd_gpu_linear": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_void_p, c_void_p, c_void_p, c_size_t]),
     "glyd_gpu_linear_kernel": (c_int, [_T, c_int64, POINTER(c_char_p)]),
     "glyd_gpu_force_kernel": (c_int, [c_char_p]),
+    "glyd_gpu_linear_configs": (c_int, [POINTER(c_char_p)]),
     "glyd_gpu_pack_workspace_bytes": (c_int, [c_int, c_int, POINTER(c_int64), c_size_t, c_int64, POINTER(c_size_t)]),
     "glyd_gpu_pack_bound": (c_int, [c_int, c_void_p, c_void_p, c_int, c_int, POINTER(c_int64), c_size_t, c_int64,
                                     c_void_p, c_size_t, POINTER(c_uint64)]),
@@ -462,6 +463,13 @@ def linear_kernel(w: DeviceTensor, rows: int) -> str:
     s = c_char_p()
     _lib.check(_gpu().glyd_gpu_linear_kernel(ctypes.byref(w._c), rows, ctypes.byref(s)))
     return s.value.decode()
+
+
+def linear_configs() -> list[str]:
+    """Benchmarks only: the fused-kernel configurations force_kernel accepts (besides "generic")."""
+    s = c_char_p()
+    _lib.check(_gpu().glyd_gpu_linear_configs(ctypes.byref(s)))
+    return s.value.decode().split("\n")
 
 
 def force_kernel(name: str | None) -> None:

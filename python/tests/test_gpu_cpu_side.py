@@ -475,3 +475,21 @@ def test_linear_tiles_cpu(monkeypatch, n, tile_mb, tiles, bias):
     ref = x.float() @ w.float().t() + (b.float() if bias else 0)
     assert not torch.isnan(out).any()
     assert ((out.float() - ref).abs() <= 2.0**-6 * (ref.abs() + ref.pow(2).mean().sqrt())).all()
+
+
+def test_linear_configs_are_forceable():
+    # the benchmark sweeps and the every-config GPU test take this list: each
+    # name must be one force_kernel accepts (no GPU needed to choose one)
+    from glyd import _gpu
+    from glyd.errors import NotFoundError
+
+    names = _gpu.linear_configs()
+    assert len(names) == len(set(names)) >= 20
+    assert {n[:13] for n in names} == {"glyd_lin_f12_", "glyd_lin_f12a"}
+    try:
+        for n in names + ["generic"]:
+            _gpu.force_kernel(n)
+        with pytest.raises(NotFoundError, match="no configuration"):
+            _gpu.force_kernel("glyd_lin_f12_m9n9w9k9u9")
+    finally:
+        _gpu.force_kernel(None)

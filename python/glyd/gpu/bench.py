@@ -905,12 +905,10 @@ def main(argv=None) -> int:
 
 
 def _kernel_names():
-    """The fused configurations compiled into this build (plus the generic kernel)."""
-    names = ["m1n1w1k8u2", "m1n1w1k8u1", "m1n2w1k8u2", "m1n4w2k4u1", "m1n8w4k2u1", "m1n8w8k1u1",
-             "m1n16w8k1u1", "m2n8w8k1u1", "m2n16w4k1u1", "m1n2w1k8u1", "m1n2w2k4u1", "m1n8w2k4u1",
-             "m2n4w1k8u1", "m2n8w2k4u1", "m1n16w2k4u1"]
-    anames = ["m1n1k8s4", "m1n1k8s8", "m1n2k8s4", "m2n1k8s4", "m1n1k4s8"]
-    return ["glyd_lin_f12_" + n for n in names] + ["glyd_lin_f12a_" + n for n in anames]
+    """The fused configurations compiled into this build."""
+    from .._gpu import linear_configs
+
+    return linear_configs()
 
 
 if __name__ == "__main__":

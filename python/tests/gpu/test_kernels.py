@@ -172,48 +172,52 @@ def test_linear_escapes(rows):
     assert dt.escapes > 1000
 
 
-@pytest.mark.parametrize("rows", [1, 64, 300])
-def test_linear_safe_variant(rows):
-    # base >= 240: code 15 would be Inf/NaN; the _safe kernels decode escapes as 0.
-    # Exponents 241..254 (|w| ~ 2**114..2**128) and some zeros (escapes).
-    g = torch.Generator().manual_seed(14)
-    e = torch.randint(241, 255, (128, 256), generator=g)
-    sm = torch.randint(0, 256, (128, 256), generator=g)
+def safe_weights(n, k, seed=14):
+    """Exponents 241..254 (|w| ~ 2**114..2**128) and some zeros (escapes): base >= 240,
+    so code 15 would be Inf/NaN and the _safe kernels decode escapes as 0."""
+    g = torch.Generator().manual_seed(seed)
+    e = torch.randint(241, 255, (n, k), generator=g)
+    sm = torch.randint(0, 256, (n, k), generator=g)
     b = ((sm & 0x80) << 8) | (e << 7) | (sm & 0x7F)
     w = b.to(torch.int32).to(torch.int16).view(torch.bfloat16).clone()
     w.view(-1)[::53] = 0.0
-    p = glyd.pack(w)
-    assert p.groups[0].base >= 240, p.groups[0].base
-    wd = glyd.unpack(p).to(DEV)
-    dt = _gpu.DeviceTensor(p, DEV)
-    x = (torch.randn(rows, 256, device=DEV) * 2.0**-120).to(torch.bfloat16)
-    y = torch.full((rows, 128), float("nan"), dtype=torch.bfloat16, device=DEV)
+    return w
+
+
+def check_forced(dt, wd, rows, name, scale=1.0):
+    x = (torch.randn(rows, wd.shape[1], device=DEV) * scale).to(torch.bfloat16)
+    y = torch.full((rows, wd.shape[0]), float("nan"), dtype=torch.bfloat16, device=DEV)
     dt.linear(x, out=y)
     ref = reference(x, wd, None)
     lim = (PROMPT_TOL if dt.prompt_path(rows) else LINEAR_TOL) * (ref.abs() + ref.pow(2).mean().sqrt())
-    assert ((y.float() - ref).abs() <= lim).all()
+    assert ((y.float() - ref).abs() <= lim).all(), f"{name} rows={rows}"
 
 
-def test_linear_every_config():
-    w = weights((300, 1024), seed=11, specials=True)
+@pytest.mark.parametrize("rows", [1, 64, 300])
+def test_linear_safe_variant(rows):
+    p = glyd.pack(safe_weights(128, 256))
+    assert p.groups[0].base >= 240, p.groups[0].base
+    check_forced(_gpu.DeviceTensor(p, DEV), glyd.unpack(p).to(DEV), rows, "auto", 2.0**-120)
+
+
+@pytest.mark.parametrize("kind", ["specials", "odd-k", "safe"])
+def test_linear_every_config(kind):
+    # every configuration (partial tiles, split K, escapes; K not a multiple
+    # of the 64-wide k-blocks; the _safe variants), forced at several row counts
+    if kind == "safe":
+        w, scale = safe_weights(300, 1024), 2.0**-120
+    else:
+        w, scale = weights((300, 1024) if kind == "specials" else (130, 1040), seed=11, specials=True), 1.0
     p = glyd.pack(w)
     wd = glyd.unpack(p).to(DEV)
     dt = _gpu.DeviceTensor(p, DEV)
-    names = sorted({_gpu.linear_kernel(dt, r) for r in (1, 16, 32, 64, 128, 192, 2048)})  # the fused kernels
-    names += ["glyd_lin_f12_m1n1w1k8u1", "glyd_lin_f12_m2n8w8k1u1", "glyd_lin_f12_m2n16w4k1u1",
-              "glyd_lin_f12_m1n16w8k1u1", "glyd_lin_f12a_m1n1k8s8", "glyd_lin_f12a_m2n1k8s4", "glyd_lin_f12a_m1n1k8s4",
-              "glyd_lin_f12a_m1n1k4s8", "glyd_lin_f12_m1n2w2k4u1", "glyd_lin_f12_m1n8w2k4u1",
-              "glyd_lin_f12_m2n4w1k8u1", "glyd_lin_f12_m2n8w2k4u1", "glyd_lin_f12_m1n16w2k4u1", "generic"]
+    names = _gpu.linear_configs() + ["generic"]
+    assert {_gpu.linear_kernel(dt, r) for r in (1, 16, 32, 64)} <= set(names)  # the automatic choices
     try:
         for name in names:
             _gpu.force_kernel(name)
             for rows in (1, 13, 77, 130, 300):
-                x = torch.randn(rows, 1024, device=DEV).to(torch.bfloat16)
-                y = torch.full((rows, 300), float("nan"), dtype=torch.bfloat16, device=DEV)
-                dt.linear(x, out=y)
-                ref = reference(x, wd, None)
-                lim = LINEAR_TOL * (ref.abs() + ref.pow(2).mean().sqrt())
-                assert ((y.float() - ref).abs() <= lim).all(), f"{name} rows={rows}"
+                check_forced(dt, wd, rows, name, scale)
     finally:
         _gpu.force_kernel(None)
 
