@@ -80,3 +80,15 @@ int glyd_gpu_linear_experts(int device, void *stream, const void *x, int64_t row
                                      transposed, (void *)table, (void *)offsets, (void *)bias, y,
                                      workspace, workspace_bytes);
 }
+int glyd_gpu_moe_route(int device, void *stream, const int64_t *ids, int64_t pairs, int64_t topk,
+                       int64_t experts, int64_t total, int32_t *offsets, int32_t *tokens,
+                       int32_t *rows) {
+    return glydgo_gpu_moe_route(device, stream, (void *)ids, pairs, topk, experts, total, offsets,
+                                tokens, rows);
+}
+int glyd_gpu_moe_combine(int device, void *stream, const void *x, const void *d, const float *w,
+                         const int64_t *ids, const int32_t *rows, int64_t tokens, int64_t topk,
+                         int64_t hidden, int64_t experts, int64_t total, void *out) {
+    return glydgo_gpu_moe_combine(device, stream, (void *)x, (void *)d, (void *)w, (void *)ids,
+                                  (void *)rows, tokens, topk, hidden, experts, total, out);
+}

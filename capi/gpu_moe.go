@@ -65,3 +65,15 @@ func glydgo_gpu_linear_experts(device C.int, stream unsafe.Pointer, x unsafe.Poi
 	}
 	return result(gpu.LinearExperts(int(device), uintptr(stream), uintptr(x), int64(rows), d, uintptr(table), uintptr(offsets), uintptr(bias), uintptr(y), transposed != 0, uintptr(ws), uint64(wsBytes)))
 }
+
+//export glydgo_gpu_moe_route
+func glydgo_gpu_moe_route(device C.int, stream, ids unsafe.Pointer, pairs, topk, experts, total C.int64_t, offsets, tokens, rows unsafe.Pointer) (rc C.int) {
+	defer guard(&rc)
+	return result(gpu.MoeRoute(int(device), uintptr(stream), uintptr(ids), int64(pairs), int64(topk), int64(experts), int64(total), uintptr(offsets), uintptr(tokens), uintptr(rows)))
+}
+
+//export glydgo_gpu_moe_combine
+func glydgo_gpu_moe_combine(device C.int, stream, x, d, w, ids, rows unsafe.Pointer, tokens, topk, hidden, experts, total C.int64_t, out unsafe.Pointer) (rc C.int) {
+	defer guard(&rc)
+	return result(gpu.MoeCombine(int(device), uintptr(stream), uintptr(x), uintptr(d), uintptr(w), uintptr(ids), uintptr(rows), int64(tokens), int64(topk), int64(hidden), int64(experts), int64(total), uintptr(out)))
+}

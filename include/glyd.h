@@ -477,6 +477,35 @@ int glyd_gpu_linear_experts(int device, void *stream, const void *x, int64_t row
                             const void *offsets, const void *bias, void *y, void *workspace,
                             size_t workspace_bytes);
 
+/* Routing of a mixture of experts on the device (no host round trip; CUDA
+ * graphs capture it). A routing is `pairs` = tokens * topk (token, slot)
+ * pairs; ids: int64 [pairs], the expert of pair token * topk + slot: ids in
+ * [0, experts) are routed experts, in [experts, total) identity ("zero")
+ * experts, anything else is dropped.
+ * glyd_gpu_moe_route sorts the pairs by expert, stably (identity experts
+ * after the routed ones, dropped pairs last) and writes on `stream`:
+ *   offsets int32 [experts]  cumulative end row of each routed expert
+ *                            (torch grouped_mm's offs);
+ *   tokens  int32 [pairs]    the token of each sorted row;
+ *   rows    int32 [pairs]    the sorted row of each pair.
+ * pairs <= GLYD_MOE_ROUTE_MAX_PAIRS and total <= GLYD_MOE_ROUTE_MAX_EXPERTS,
+ * else GLYD_ERR_UNSUPPORTED. */
+#define GLYD_MOE_ROUTE_MAX_PAIRS 16384
+#define GLYD_MOE_ROUTE_MAX_EXPERTS 4000
+int glyd_gpu_moe_route(int device, void *stream, const int64_t *ids, int64_t pairs, int64_t topk,
+                       int64_t experts, int64_t total, int32_t *offsets, int32_t *tokens,
+                       int32_t *rows);
+
+/* out[t] = sum over slots s < topk, in order, of w[t*topk+s] * v in fp32 (a
+ * rounded multiply and a rounded add per term), rounded to bf16: v = d[row]
+ * (row = rows[pair] from glyd_gpu_moe_route) for a routed expert, x[t] for
+ * an identity expert, nothing for a dropped pair. x, out: bf16 [tokens,
+ * hidden]; d: bf16 [pairs, hidden], the expert outputs in sorted rows; w:
+ * fp32 [pairs]. x, d and out 16-byte aligned. Written on `stream`. */
+int glyd_gpu_moe_combine(int device, void *stream, const void *x, const void *d, const float *w,
+                         const int64_t *ids, const int32_t *rows, int64_t tokens, int64_t topk,
+                         int64_t hidden, int64_t experts, int64_t total, void *out);
+
 /* ---- GPU: end ---- */
 
 #ifdef __cplusplus

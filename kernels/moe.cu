@@ -33,6 +33,22 @@
  *     into the fp32 workspace p.ws [S][rows][out]; the reduce kernel adds the
  *     S partials in order and rounds. Deterministic, no atomics. See the
  *     comment above the kernel.
+ *
+ * Routing without the host (a decode step is a handful of pairs; torch's
+ * sort/histc/cumsum/index_copy/sum chain was ~30 small kernels):
+ * glyd_moe_route   ONE block: bins every pair (routed expert, identity
+ *     expert, or dropped = bin `experts_total`), counts them in shared memory, scans,
+ *     writes p.offs [num_experts] (cumulative end rows of the routed experts)
+ *     and places the pairs stably by bin: p.rowof[pair] = its sorted row,
+ *     p.tok[row] = its token. Warp 0 places 32 pairs at a time in pair order
+ *     (__match_any_sync: the rank among equal bins of the same 32, plus the
+ *     bin's running start), so the order equals a stable sort by bin.
+ *     Dynamic shared memory: (experts_total + 2) * 4 + align16(pairs * 2) bytes.
+ * glyd_moe_combine grid (ceil(hidden / 2048), tokens), 256 threads, 8
+ *     features per thread: out[t] = sum over slots s in order of
+ *     rw[t*topk+s] * v, v = d[rowof[pair]] (routed), x[t] (identity) or
+ *     nothing (dropped); fp32, one rounded multiply and one rounded add per
+ *     term (the same bits as the torch expression it replaces), then bf16.
  */
 #include "common.cuh"
 
@@ -293,4 +309,101 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_reduce(const gly
 	float v = 0.f;
 	for (uint32_t s = 0; s < p.splits; s++) v += ws[(size_t)s * plane + i];
 	((uint16_t *)p.y)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+// Bin of a routing id: the expert (routed or identity), or `total` (dropped).
+__device__ __forceinline__ int32_t route_bin(int64_t id, int64_t total) {
+	return id >= 0 && id < total ? (int32_t)id : (int32_t)total;
+}
+
+extern "C" __global__ void __launch_bounds__(1024) glyd_moe_route(const glyd_kparams p) {
+	extern __shared__ int32_t rsm[];
+	const int64_t P = p.rows, Z = p.experts_total, E = p.num_experts;
+	const int32_t NB = (int32_t)Z + 1; // bins; start[NB] = P
+	int32_t *start = rsm;              // [NB + 1]: counts, then running starts
+	uint16_t *bins = (uint16_t *)(rsm + NB + 1); // [P] (host: total < 65535)
+	const int64_t *ids = (const int64_t *)p.ids;
+	const int tid = threadIdx.x, lane = tid & 31;
+	for (int32_t b = tid; b <= NB; b += blockDim.x) start[b] = 0;
+	__syncthreads();
+	for (int64_t i = tid; i < P; i += blockDim.x) {
+		const int32_t b = route_bin(ids[i], Z);
+		bins[i] = (uint16_t)b;
+		atomicAdd(&start[b], 1);
+	}
+	__syncthreads();
+	if (tid < 32) { // exclusive scan of the counts: lane l takes bins [l*C, l*C + C)
+		const int32_t C = (NB + 31) / 32, b0 = lane * C;
+		int32_t sum = 0;
+		for (int32_t b = b0; b < b0 + C && b < NB; b++) sum += start[b];
+		int32_t inc = sum;
+#pragma unroll
+		for (int o = 1; o < 32; o <<= 1) {
+			const int32_t v = __shfl_up_sync(0xffffffffu, inc, o);
+			if (lane >= o) inc += v;
+		}
+		int32_t run = inc - sum;
+		for (int32_t b = b0; b < b0 + C && b < NB; b++) {
+			const int32_t c = start[b];
+			start[b] = run;
+			run += c;
+		}
+		if (lane == 31) start[NB] = inc;
+	}
+	__syncthreads();
+	int32_t *offs = (int32_t *)p.offs;
+	for (int64_t e = tid; e < E; e += blockDim.x) offs[e] = start[e + 1];
+	__syncthreads(); // every offs read start before warp 0 moves it
+	if (tid >= 32) return;
+	int32_t *rowof = (int32_t *)p.rowof, *tok = (int32_t *)p.tok;
+	const uint32_t below = (1u << lane) - 1u;
+	for (int64_t i0 = 0; i0 < P; i0 += 32) {
+		const int64_t i = i0 + lane;
+		const int32_t b = i < P ? (int32_t)bins[i] : -1;
+		const uint32_t peers = __match_any_sync(0xffffffffu, b);
+		const int32_t row = i < P ? start[b] + __popc(peers & below) : 0;
+		__syncwarp();
+		if (i < P && (peers >> lane) == 1u) start[b] += __popc(peers); // the last of its peers
+		__syncwarp();
+		if (i < P) {
+			rowof[i] = row;
+			tok[row] = (int32_t)(i / p.topk);
+		}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256) glyd_moe_combine(const glyd_kparams p) {
+	const int64_t H = p.N, t = blockIdx.y, k = p.topk;
+	const int64_t h0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+	if (h0 >= H) return;
+	const int n = H - h0 < 8 ? (int)(H - h0) : 8;
+	const bool vec = n == 8 && (H & 7) == 0; // host: x, d, out 16-byte aligned
+	const uint16_t *x = (const uint16_t *)p.x, *d = (const uint16_t *)p.dst;
+	const int64_t *ids = (const int64_t *)p.ids;
+	const int32_t *rowof = (const int32_t *)p.rowof;
+	const float *rw = (const float *)p.rw;
+	float acc[8];
+#pragma unroll
+	for (int j = 0; j < 8; j++) acc[j] = 0.f;
+	for (int64_t s = 0; s < k; s++) {
+		const int64_t pair = t * k + s, id = ids[pair];
+		const uint16_t *src;
+		if (id >= 0 && id < p.num_experts) src = d + (int64_t)rowof[pair] * H + h0;
+		else if (id >= p.num_experts && id < p.experts_total) src = x + t * H + h0;
+		else continue;
+		const float w = rw[pair];
+		uint16_t v[8];
+		if (vec) *(uint4 *)v = *(const uint4 *)src;
+		else
+			for (int j = 0; j < 8; j++) v[j] = j < n ? src[j] : 0;
+#pragma unroll
+		for (int j = 0; j < 8; j++) acc[j] = __fadd_rn(acc[j], __fmul_rn(bf16_to_f32(v[j]), w));
+	}
+	uint16_t o[8];
+#pragma unroll
+	for (int j = 0; j < 8; j++) o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[j]));
+	uint16_t *out = (uint16_t *)p.y + t * H + h0;
+	if (vec) *(uint4 *)out = *(const uint4 *)o;
+	else
+		for (int j = 0; j < n; j++) out[j] = o[j];
 }

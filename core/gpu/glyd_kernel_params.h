@@ -71,6 +71,13 @@ typedef struct glyd_kparams {
 	glyd_u64 experts;
 	glyd_u64 offs;
 	glyd_i64 num_experts;
+	/* Routing (glyd_moe_route, glyd_moe_combine): ids = int64 [pairs] expert
+	 * of each (token, slot) pair, pair = token * topk + slot; ids in
+	 * [0, num_experts) are routed, in [num_experts, experts_total) identity experts,
+	 * others dropped. tok/rowof = int32 [pairs]: token of each sorted row,
+	 * sorted row of each pair; rw = fp32 [pairs] routing weights. */
+	glyd_u64 ids, tok, rowof, rw;
+	glyd_i64 topk, experts_total;
 } glyd_kparams;
 
 /* One expert (one group of a packed experts tensor) as the grouped kernels

@@ -138,6 +138,8 @@ var kernelNames = []string{
 	"glyd_lin_f12g_m1n1w1k8u1_safe",
 	"glyd_lin_f12t_experts",
 	"glyd_lin_f12t_reduce",
+	"glyd_moe_route",
+	"glyd_moe_combine",
 }
 
 const (
@@ -163,6 +165,8 @@ const (
 	kLinGroupedSafe
 	kLinTransposed
 	kLinTransposedReduce
+	kMoeRoute
+	kMoeCombine
 	kLinFirst // the linear configurations of linear.go follow, each name then name_safe
 )
 

@@ -48,7 +48,8 @@ from . import _lib
 from .errors import InvalidArgumentError
 
 __all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "pack",
-           "pack_planes", "pack_device", "set_prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL"]
+           "pack_planes", "pack_device", "set_prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL", "moe_route",
+           "moe_combine"]
 
 LAYOUT_FIXED12 = 1
 LAYOUT_SMALLEST = 2
@@ -115,6 +116,10 @@ _SIGNATURES = {
     "glyd_gpu_experts_workspace_bound": (c_int, [_T, c_int64, c_int, POINTER(c_size_t)]),
     "glyd_gpu_linear_experts": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_int, c_void_p, c_void_p, c_void_p,
                                         c_void_p, c_void_p, c_size_t]),
+    "glyd_gpu_moe_route": (c_int, [c_int, c_void_p, c_void_p, c_int64, c_int64, c_int64, c_int64, c_void_p, c_void_p,
+                                   c_void_p]),
+    "glyd_gpu_moe_combine": (c_int, [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int64,
+                                     c_int64, c_int64, c_int64, c_int64, c_void_p]),
 }
 
 _lock = threading.Lock()
@@ -621,3 +626,66 @@ class DeviceExperts:
             bias.data_ptr() if bias is not None else None, out.data_ptr(),
             ws.data_ptr() if ws is not None else None, need))
         return out
+
+
+# ---- routing of a mixture of experts on the device ------------------------------------------------
+
+#: Limits of moe_route (GLYD_MOE_ROUTE_MAX_PAIRS / _EXPERTS of glyd.h).
+MOE_ROUTE_MAX_PAIRS = 16384
+MOE_ROUTE_MAX_EXPERTS = 4000
+
+
+def _cuda_arg(pos: int, name: str, t: torch.Tensor, dtype, numel: int | None = None) -> None:
+    if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or t.dtype != dtype or not t.is_contiguous() \
+            or (numel is not None and t.numel() != numel):
+        what = f"{numel} elements of " if numel is not None else ""
+        got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise InvalidArgumentError(pos, f"{name} must be a contiguous CUDA tensor of {what}{dtype}, got {got}")
+
+
+def moe_route(ids: torch.Tensor, topk: int, experts: int, total: int | None = None):
+    """Sorts the (token, slot) pairs of a routing by expert on the device, stably,
+    with no host synchronization. ids: int64 [tokens * topk] (pair = token * topk +
+    slot) on a GPU; ids in [0, experts) are routed, in [experts, total) identity
+    experts, anything else dropped. Returns (offsets int32 [experts]: cumulative end
+    row of each routed expert; tokens int32 [pairs]: the token of each sorted row,
+    identity experts after the routed ones and dropped pairs last; rows int32
+    [pairs]: the sorted row of each pair)."""
+    total = experts if total is None else total
+    _cuda_arg(1, "ids", ids, torch.int64)
+    dev = ids.device
+    pairs = ids.numel()
+    offs = torch.empty(experts, dtype=torch.int32, device=dev)
+    tok = torch.empty(pairs, dtype=torch.int32, device=dev)
+    rows = torch.empty(pairs, dtype=torch.int32, device=dev)
+    _lib.check(_gpu().glyd_gpu_moe_route(dev.index, _stream(dev), ids.data_ptr(), pairs, topk, experts, total,
+                                         offs.data_ptr(), tok.data_ptr(), rows.data_ptr()))
+    return offs, tok, rows
+
+
+def moe_combine(x: torch.Tensor, d: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor,
+                experts: int, total: int | None = None) -> torch.Tensor:
+    """out[t] = sum over slots s in order of w[t, s] * v (fp32, then bf16): v = d[rows[pair]]
+    for a routed expert, x[t] for an identity expert, nothing for a dropped pair (ids, rows
+    as for moe_route). x bf16 [tokens, hidden]; d bf16 [pairs, hidden] in sorted rows; w
+    fp32 [tokens, topk]. Returns bf16 [tokens, hidden]."""
+    total = experts if total is None else total
+    _cuda_arg(1, "x", x, torch.bfloat16)
+    if x.dim() != 2:
+        raise InvalidArgumentError(1, f"x must be [tokens, hidden], got {tuple(x.shape)}")
+    t, h = x.shape
+    _cuda_arg(3, "w", w, torch.float32)
+    if w.dim() != 2 or w.shape[0] != t:
+        raise InvalidArgumentError(3, f"w must be [{t}, topk], got {tuple(w.shape)}")
+    k = w.shape[1]
+    _cuda_arg(2, "d", d, torch.bfloat16, t * k * h)
+    _cuda_arg(4, "ids", ids, torch.int64, t * k)
+    _cuda_arg(5, "rows", rows, torch.int32, t * k)
+    for pos, name, a in ((2, "d", d), (3, "w", w), (4, "ids", ids), (5, "rows", rows)):
+        if a.device != x.device:
+            raise InvalidArgumentError(pos, f"{name} is on {a.device}, x on {x.device}")
+    out = torch.empty_like(x)
+    _lib.check(_gpu().glyd_gpu_moe_combine(x.device.index, _stream(x.device), x.data_ptr(), d.data_ptr(),
+                                           w.data_ptr(), ids.data_ptr(), rows.data_ptr(), t, k, h, experts, total,
+                                           out.data_ptr()))
+    return out

@@ -108,3 +108,41 @@ def test_workspace_bound():
     assert n.value > 0 and n.value % (5 * 64 * 4) == 0  # fp32 [splits][rows][out]
     with pytest.raises(InvalidArgumentError, match="rows"):
         _lib.check(lib.glyd_gpu_experts_workspace_bound(ctypes.byref(c), -2, 1, ctypes.byref(n)))
+
+
+def test_moe_routing_abi_without_a_gpu():
+    # argument checks come first; a device call on a machine without a driver
+    # answers NoGPUError (this CI machine), never a crash
+    lib = _gpu._gpu()
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        _lib.check(lib.glyd_gpu_moe_route(0, None, FAKE, 8, 0, 4, 4, FAKE, FAKE, FAKE))
+    with pytest.raises(InvalidArgumentError, match="multiple"):
+        _lib.check(lib.glyd_gpu_moe_route(0, None, FAKE, 8, 3, 4, 4, FAKE, FAKE, FAKE))
+    with pytest.raises(UnsupportedError, match="at most"):
+        _lib.check(lib.glyd_gpu_moe_route(0, None, FAKE, 8, 1, 4, 5000, FAKE, FAKE, FAKE))
+    with pytest.raises(InvalidArgumentError, match="nil"):
+        _lib.check(lib.glyd_gpu_moe_route(0, None, None, 8, 1, 4, 4, FAKE, FAKE, FAKE))
+    with pytest.raises(InvalidArgumentError, match="aligned"):
+        _lib.check(lib.glyd_gpu_moe_combine(0, None, FAKE + 2, FAKE, FAKE, FAKE, FAKE, 1, 8, 64, 4, 4, FAKE))
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        _lib.check(lib.glyd_gpu_moe_combine(0, None, FAKE, FAKE, FAKE, FAKE, FAKE, 1, 8, 0, 4, 4, FAKE))
+    with pytest.raises(NoGPUError):
+        _lib.check(lib.glyd_gpu_moe_route(0, None, FAKE, 8, 8, 4, 4, FAKE, FAKE, FAKE))
+    with pytest.raises(NoGPUError):
+        _lib.check(lib.glyd_gpu_moe_combine(0, None, FAKE, FAKE, FAKE, FAKE, FAKE, 1, 8, 64, 4, 4, FAKE))
+
+
+def test_moe_routing_wrappers_check_their_arguments():
+    with pytest.raises(InvalidArgumentError, match="ids must be a contiguous CUDA tensor"):
+        _gpu.moe_route(torch.zeros(8, dtype=torch.int64), 8, 4)
+    with pytest.raises(InvalidArgumentError, match="x must be"):
+        _gpu.moe_combine(torch.zeros(1, 8, dtype=torch.bfloat16), None, None, None, None, 4)
+
+
+def test_moe_route_limits_match_the_header():
+    import pathlib
+    import re
+
+    h = (pathlib.Path(__file__).resolve().parents[2] / "include" / "glyd.h").read_text()
+    assert int(re.search(r"#define GLYD_MOE_ROUTE_MAX_PAIRS (\d+)", h).group(1)) == _gpu.MOE_ROUTE_MAX_PAIRS
+    assert int(re.search(r"#define GLYD_MOE_ROUTE_MAX_EXPERTS (\d+)", h).group(1)) == _gpu.MOE_ROUTE_MAX_EXPERTS

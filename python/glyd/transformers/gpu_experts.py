@@ -587,6 +587,8 @@ def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Ten
     flat = idx2.reshape(-1).to(torch.int64)
     if validate_enabled(module):
         _check_routing(module, flat, Z)
+    if grouped and _route_on_device(spec, x, flat):
+        return _grouped_forward_routed_on_device(module, spec, x, flat, w2)
     ok = (flat >= 0) & (flat < Z)
     ids = torch.where(ok, flat, torch.full_like(flat, Z))      # dropped ids sort last
     ids_sorted, perm = torch.sort(ids, stable=True)
@@ -622,6 +624,38 @@ def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Ten
     pairs = torch.empty_like(out)
     pairs.index_copy_(0, perm, out)
     return pairs.view(T, k, H).sum(dim=1)
+
+
+def _route_on_device(spec: _Spec, x: torch.Tensor, flat: torch.Tensor) -> bool:
+    """Whether the grouped path can route and combine with Glyd's two routing kernels
+    (glyd._gpu.moe_route / moe_combine) instead of ~30 small torch kernels: bf16 on a
+    GPU, no expert biases (added per sorted row by torch), within the kernels' limits."""
+    from .. import _gpu
+
+    return (x.device.type == "cuda" and x.dtype == torch.bfloat16 and x.data_ptr() % 16 == 0 and spec.bias_in is None
+            and spec.bias_out is None and flat.numel() <= _gpu.MOE_ROUTE_MAX_PAIRS
+            and spec.num_total <= _gpu.MOE_ROUTE_MAX_EXPERTS)
+
+
+def _grouped_forward_routed_on_device(module, spec: _Spec, x: torch.Tensor, flat: torch.Tensor,
+                                      w2: torch.Tensor) -> torch.Tensor:
+    """The grouped-kernel path with the routing on the device: sort the pairs
+    (moe_route), gather their rows, the two grouped linears, then the weighted sum
+    per token (moe_combine: identity experts add x, dropped pairs nothing). Rows
+    past the routed experts are never read, so they need no masking."""
+    from .. import _gpu
+
+    E, Z = spec.num_experts, spec.num_total
+    offs, tok, rows = _gpu.moe_route(flat.contiguous(), w2.shape[1], E, Z)
+    xs = x.index_select(0, tok)
+    wi = expert_weights(module, spec.w_in, spec.transposed)
+    wd = expert_weights(module, "down_proj", spec.transposed)
+    proj = wi.grouped().linear(xs, _offsets_for(wi, offs))
+    h = _gate(module, spec, proj)
+    if h.dtype != x.dtype:
+        h = h.to(x.dtype)
+    d = wd.grouped().linear(h.contiguous(), _offsets_for(wd, offs))
+    return _gpu.moe_combine(x, d, w2.float().contiguous(), flat, rows, E, Z)
 
 
 def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor):

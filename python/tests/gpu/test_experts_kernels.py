@@ -215,3 +215,87 @@ def test_linear_experts_transposed_errors():
     w, _, de = experts(2, 64, 36, seed=23, transposed=True)  # out % 8 != 0
     with pytest.raises(glyd.UnsupportedError, match="out % 8"):
         de.linear(x, offs)
+
+
+# ---- routing kernels (glyd_moe_route, glyd_moe_combine) -------------------------------------------
+
+import moe_reference  # noqa: E402  (python/tests: on sys.path through its conftest)
+from glyd.errors import InvalidArgumentError, UnsupportedError  # noqa: E402
+
+
+def routing(tokens, k, experts, total, seed, bad=0.0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    ids = torch.randint(0, total, (tokens * k,), generator=g, device=DEV)
+    if bad:
+        drop = torch.rand(tokens * k, generator=g, device=DEV) < bad
+        junk = torch.randint(-3, 3, (tokens * k,), generator=g, device=DEV)
+        ids = torch.where(drop, torch.where(junk < 0, junk, total + junk), ids)
+    return ids
+
+
+@pytest.mark.parametrize("tokens,k,experts,total,bad", [
+    (1, 8, 128, 128, 0.0), (1, 1, 16, 16, 0.0), (7, 2, 8, 8, 0.0), (64, 8, 128, 128, 0.1),
+    (300, 6, 64, 96, 0.05), (2048, 8, 256, 256, 0.0), (1, 4, 3000, 4000, 0.5), (0, 8, 128, 128, 0.0)])
+def test_moe_route_equals_a_stable_sort(tokens, k, experts, total, bad):
+    ids = routing(tokens, k, experts, total, seed=tokens * 31 + k, bad=bad)
+    offs, tok, rows = _gpu.moe_route(ids, k, experts, total)
+    want = moe_reference.moe_route(ids, k, experts, total)
+    for got, ref, name in zip((offs, tok, rows), want, ("offsets", "tokens", "rows")):
+        assert torch.equal(got, ref), name
+
+
+def test_moe_route_largest():
+    k, experts = 8, 2000
+    ids = routing(_gpu.MOE_ROUTE_MAX_PAIRS // k, k, experts, 4000, seed=5, bad=0.01)
+    for got, ref in zip(_gpu.moe_route(ids, k, experts, 4000), moe_reference.moe_route(ids, k, experts, 4000)):
+        assert torch.equal(got, ref)
+    with pytest.raises(UnsupportedError, match="at most"):
+        _gpu.moe_route(torch.zeros(_gpu.MOE_ROUTE_MAX_PAIRS + k, dtype=torch.int64, device=DEV), k, experts)
+
+
+@pytest.mark.parametrize("tokens,k,hidden,experts,total,bad", [
+    (1, 8, 2048, 128, 128, 0.0), (5, 2, 4096, 8, 8, 0.2), (33, 6, 1000, 64, 96, 0.1), (3, 1, 13, 4, 6, 0.3)])
+def test_moe_combine_bits(tokens, k, hidden, experts, total, bad):
+    ids = routing(tokens, k, experts, total, seed=hidden + k, bad=bad)
+    _, _, rows = _gpu.moe_route(ids, k, experts, total)
+    g = torch.Generator(device=DEV).manual_seed(hidden)
+    x = torch.randn(tokens, hidden, generator=g, device=DEV).to(torch.bfloat16)
+    d = torch.randn(tokens * k, hidden, generator=g, device=DEV).to(torch.bfloat16)
+    w = torch.rand(tokens, k, generator=g, device=DEV)
+    got = _gpu.moe_combine(x, d, w, ids, rows, experts, total)
+    assert torch.equal(got, moe_reference.moe_combine(x, d, w, ids, rows, experts, total))
+
+
+def test_moe_routing_graph_capture():
+    k, experts = 8, 128
+    ids = routing(4, k, experts, experts, seed=1)
+    x = torch.randn(4, 256, device=DEV).to(torch.bfloat16)
+    d = torch.randn(4 * k, 256, device=DEV).to(torch.bfloat16)
+    w = torch.rand(4, k, device=DEV)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        _gpu.moe_route(ids, k, experts)  # warm-up (module load) outside the capture
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            offs, tok, rows = _gpu.moe_route(ids, k, experts)
+            out = _gpu.moe_combine(x, d, w, ids, rows, experts)
+    torch.cuda.current_stream().wait_stream(s)
+    ids.copy_(routing(4, k, experts, experts, seed=2))  # new routing, same buffers
+    g.replay()
+    torch.cuda.synchronize()
+    ref = moe_reference.moe_route(ids, k, experts)
+    assert torch.equal(offs, ref[0]) and torch.equal(tok, ref[1]) and torch.equal(rows, ref[2])
+    assert torch.equal(out, moe_reference.moe_combine(x, d, w, ids, rows, experts))
+
+
+def test_moe_routing_bad_arguments():
+    ids = torch.zeros(8, dtype=torch.int64, device=DEV)
+    with pytest.raises(InvalidArgumentError, match="ids"):
+        _gpu.moe_route(ids.int(), 8, 4)
+    with pytest.raises(InvalidArgumentError, match="multiple"):
+        _gpu.moe_route(ids, 3, 4)
+    x = torch.zeros(1, 16, dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(InvalidArgumentError, match="d must be"):
+        _gpu.moe_combine(x, torch.zeros(7, 16, dtype=torch.bfloat16, device=DEV), torch.ones(1, 8, device=DEV),
+                         ids, ids.int(), 4)

@@ -1,0 +1,72 @@
+package gpu
+
+/*
+#include "driver.h"
+*/
+import "C"
+
+import "github.com/glyd/glyd/core/status"
+
+// Limits of MoeRoute: its one block keeps a bin per pair (uint16) and a
+// counter per bin in shared memory, within the 48 KiB every GPU grants.
+const (
+	MoeRouteMaxPairs  = 16384
+	MoeRouteMaxExpert = 4000 // total experts (routed + identity)
+)
+
+// MoeRoute sorts the (token, slot) pairs of a routing by expert on the
+// caller's stream, without the host (kernels/moe.cu, glyd_moe_route):
+//
+//	ids     int64 [pairs] expert of pair token*topk+slot: [0, experts) routed,
+//	        [experts, total) identity experts, anything else dropped
+//	offs    int32 [experts] cumulative end row of each routed expert
+//	tok     int32 [pairs] token of each sorted row (stable by expert; identity
+//	        experts after the routed ones, dropped pairs last)
+//	rowof   int32 [pairs] sorted row of each pair
+func MoeRoute(dev int, stream, ids uintptr, pairs, topk, experts, total int64, offs, tok, rowof uintptr) error {
+	switch {
+	case pairs < 0 || topk < 1 || experts < 1 || total < experts:
+		return status.Errorf(status.InvalidArgument, "gpu: moe route: pairs %d, topk %d, experts %d, total %d out of range", pairs, topk, experts, total)
+	case pairs > MoeRouteMaxPairs || total > MoeRouteMaxExpert:
+		return status.Errorf(status.Unsupported, "gpu: moe route handles at most %d pairs and %d experts, have %d and %d", MoeRouteMaxPairs, MoeRouteMaxExpert, pairs, total)
+	case pairs%topk != 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe route: %d pairs is not a multiple of topk %d", pairs, topk)
+	case ids == 0 && pairs > 0 || offs == 0 || tok == 0 && pairs > 0 || rowof == 0 && pairs > 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe route: nil buffer")
+	}
+	if _, err := load(dev); err != nil {
+		return err
+	}
+	var p C.glyd_kparams
+	p.ids, p.offs, p.tok, p.rowof = C.glyd_u64(ids), C.glyd_u64(offs), C.glyd_u64(tok), C.glyd_u64(rowof)
+	p.rows, p.topk, p.num_experts, p.experts_total = C.glyd_i64(pairs), C.glyd_i64(topk), C.glyd_i64(experts), C.glyd_i64(total)
+	smem := (total+2)*4 + (pairs*2+15)&^15
+	return launch(dev, kMoeRoute, 1, 1, 1, 1024, uint32(smem), stream, &p)
+}
+
+// MoeCombine writes out[t] = sum over slots s in order of rw[t*topk+s] * v
+// (fp32, then bf16) on the caller's stream, v = d[rowof[pair]] for a routed
+// expert, x[t] for an identity expert, nothing for a dropped pair (ids as in
+// MoeRoute): x, out bf16 [tokens, hidden]; d bf16 [pairs, hidden] in sorted
+// rows; rw fp32 [pairs]. x, d and out must be 16-byte aligned.
+func MoeCombine(dev int, stream, x, d, rw, ids, rowof uintptr, tokens, topk, hidden, experts, total int64, out uintptr) error {
+	switch {
+	case tokens < 0 || topk < 1 || hidden < 1 || experts < 1 || total < experts:
+		return status.Errorf(status.InvalidArgument, "gpu: moe combine: tokens %d, topk %d, hidden %d, experts %d, total %d out of range", tokens, topk, hidden, experts, total)
+	case tokens > 65535:
+		return status.Errorf(status.Unsupported, "gpu: moe combine: %d tokens is too many for one launch", tokens)
+	case tokens == 0:
+		return nil
+	case x == 0 || d == 0 || rw == 0 || ids == 0 || rowof == 0 || out == 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe combine: nil buffer")
+	case x%16 != 0 || d%16 != 0 || out%16 != 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe combine: x, d and out must be 16-byte aligned")
+	}
+	if _, err := load(dev); err != nil {
+		return err
+	}
+	var p C.glyd_kparams
+	p.x, p.dst, p.rw, p.ids, p.rowof, p.y = C.glyd_u64(x), C.glyd_u64(d), C.glyd_u64(rw), C.glyd_u64(ids), C.glyd_u64(rowof), C.glyd_u64(out)
+	p.rows, p.topk, p.N, p.num_experts, p.experts_total = C.glyd_i64(tokens), C.glyd_i64(topk), C.glyd_i64(hidden), C.glyd_i64(experts), C.glyd_i64(total)
+	return launch(dev, kMoeCombine, gridFor(uint64(hidden), 2048, 1<<31-1), uint32(tokens), 1, 256, 0, stream, &p)
+}
