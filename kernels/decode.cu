@@ -147,16 +147,20 @@ extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_scalar(const g
 	}
 }
 
-extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter(const glyd_kparams p) {
-	const uint8_t *sm = (const uint8_t *)p.sm;
-	const uint32_t *escidx = (const uint32_t *)p.escidx;
-	const uint8_t *escexp = (const uint8_t *)p.escexp;
-	uint16_t *dst = (uint16_t *)p.dst;
+// The escapes of one group of n elements, grid-strided: dst[escidx[e]] gets
+// its sm byte with exponent escexp[e] (indices past n are ignored).
+__device__ __forceinline__ void escape_scatter(const uint8_t *sm, const uint32_t *escidx, const uint8_t *escexp,
+                                               uint64_t escapes, uint64_t n, uint16_t *dst) {
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-	for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < p.escapes; e += stride) {
+	for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < escapes; e += stride) {
 		const uint64_t i = escidx[e];
-		if (i < p.n) dst[i] = bf16_bits(sm[i], escexp[e]);
+		if (i < n) dst[i] = bf16_bits(sm[i], escexp[e]);
 	}
+}
+
+extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter(const glyd_kparams p) {
+	escape_scatter((const uint8_t *)p.sm, (const uint32_t *)p.escidx, (const uint8_t *)p.escexp, p.escapes, p.n,
+	               (uint16_t *)p.dst);
 }
 
 // Escapes of a row-range decode: p.N rows from p.row0, p.K columns, dst =

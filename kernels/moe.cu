@@ -14,16 +14,16 @@
  *                          Preconditions as glyd_decode_f12_vec, per expert.
  * glyd_escape_scatter_groups grid (X, E): the escapes of each expert, as
  *                          glyd_escape_scatter. Launched after the decode.
- * glyd_lin_f12g_m1n1w1k8u1[_safe]  the grouped fused linear:
+ * glyd_lin_f12g_<config>[_safe]  the grouped fused linear:
  *     x [rows, K] and y [rows, N] hold the rows sorted by expert; p.offs =
  *     int32 [E] cumulative end rows (torch grouped_mm's offsets), clamped to
- *     [0, rows] here so that bad offsets cannot fault. Grid (1, ceil(N/16),
+ *     [0, rows] here so that bad offsets cannot fault. Grid (1, tiles,
  *     Z = min(E, rows)); block z takes the z-th expert that has rows (warp 0
  *     scans p.offs with ballots, all loads issued first), points a copy of
  *     the parameters at that expert (planes, escape index, base, ebase, bias
- *     row, x and y rows) and runs the tile code of linear.cu (linear_f12,
- *     m1n1w1k8u1: 16 weight rows, 8 warps splitting K) for its rows, 8 at a
- *     time. Blocks past the last expert with rows return at once. Needs
+ *     row, x and y rows) and runs the tile code of linear.cu (linear_f12 with
+ *     the configuration's tile: 16-32 weight rows, 8-64 rows of x at a time)
+ *     for its rows. Grid y = ceil(N / weight rows of the tile). Blocks past the last expert with rows return at once. Needs
  *     K % 16 == 0, every expert's sm and code 16-byte aligned, x too (the
  *     host checks). p.bias: bf16 [E, N] or 0.
  * glyd_lin_f12t_experts + glyd_lin_f12t_reduce  the same for experts stored
@@ -60,15 +60,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) glyd_decode_f12_groups(cons
 
 extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter_groups(const glyd_kparams p) {
 	const glyd_expert ex = ((const glyd_expert *)p.experts)[blockIdx.y];
-	const uint8_t *sm = (const uint8_t *)ex.sm;
-	const uint32_t *escidx = (const uint32_t *)ex.escidx;
-	const uint8_t *escexp = (const uint8_t *)ex.escexp;
-	uint16_t *dst = (uint16_t *)p.dst + blockIdx.y * p.n;
-	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-	for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < ex.escapes; e += stride) {
-		const uint64_t i = escidx[e];
-		if (i < p.n) dst[i] = bf16_bits(sm[i], escexp[e]);
-	}
+	escape_scatter((const uint8_t *)ex.sm, (const uint32_t *)ex.escidx, (const uint8_t *)ex.escexp, ex.escapes, p.n,
+	               (uint16_t *)p.dst + blockIdx.y * p.n);
 }
 
 // The z-th expert (0-based) that has rows, with its rows [*r0, *r1); -1 if
@@ -108,20 +101,30 @@ __device__ __forceinline__ int64_t nth_expert(const int32_t *offs, int64_t E, in
 	return -1;
 }
 
-template <bool SAFE>
-__device__ __forceinline__ void linear_f12_experts(const glyd_kparams &p, float *smem) {
+// This block's expert: the blockIdx.z-th expert that has rows (warp 0 scans
+// p.offs, the block reads the answer from shared memory), with its rows
+// [*r0, *r1); -1 if fewer experts have rows (the block has nothing to do).
+__device__ __forceinline__ int64_t block_expert(const glyd_kparams &p, int64_t *r0, int64_t *r1) {
 	__shared__ int64_t pick[3];
 	if (threadIdx.x < 32) {
-		int64_t r0 = 0, r1 = 0;
-		const int64_t e = nth_expert((const int32_t *)p.offs, p.num_experts, p.rows, blockIdx.z, &r0, &r1);
+		int64_t a = 0, b = 0;
+		const int64_t e = nth_expert((const int32_t *)p.offs, p.num_experts, p.rows, blockIdx.z, &a, &b);
 		if (threadIdx.x == 0) {
 			pick[0] = e;
-			pick[1] = r0;
-			pick[2] = r1;
+			pick[1] = a;
+			pick[2] = b;
 		}
 	}
 	__syncthreads();
-	const int64_t e = pick[0], r0 = pick[1], r1 = pick[2];
+	*r0 = pick[1];
+	*r1 = pick[2];
+	return pick[0];
+}
+
+template <int MT, int NT, int WN, int WK, int U, bool SAFE>
+__device__ __forceinline__ void linear_f12_experts(const glyd_kparams &p, float *smem) {
+	int64_t r0, r1;
+	const int64_t e = block_expert(p, &r0, &r1);
 	if (e < 0) return;
 	const glyd_expert ex = ((const glyd_expert *)p.experts)[e];
 	glyd_kparams q = p;
@@ -136,17 +139,27 @@ __device__ __forceinline__ void linear_f12_experts(const glyd_kparams &p, float 
 	q.bias = p.bias ? p.bias + (glyd_u64)e * (glyd_u64)p.N * 2u : 0;
 	q.rows = r1 - r0;
 	q.splits = 1;
-	for (int64_t mt = 0; mt * 8 < q.rows; mt++) linear_f12<1, 1, 1, 8, 1, SAFE>(q, smem, mt, blockIdx.y, 0);
+	for (int64_t mt = 0; mt * 8 * NT < q.rows; mt++) linear_f12<MT, NT, WN, WK, U, SAFE>(q, smem, mt, blockIdx.y, 0);
 }
 
-extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12g_m1n1w1k8u1(const glyd_kparams p) {
-	extern __shared__ float smem[];
-	linear_f12_experts<false>(p, smem);
-}
-extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12g_m1n1w1k8u1_safe(const glyd_kparams p) {
-	extern __shared__ float smem[];
-	linear_f12_experts<true>(p, smem);
-}
+#define GLYD_LING(MT, NT, WN, WK, U)                                                                  \
+	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
+	    glyd_lin_f12g_m##MT##n##NT##w##WN##k##WK##u##U(const glyd_kparams p) {                         \
+		extern __shared__ float smem[];                                                             \
+		linear_f12_experts<MT, NT, WN, WK, U, false>(p, smem);                                       \
+	}                                                                                                 \
+	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
+	    glyd_lin_f12g_m##MT##n##NT##w##WN##k##WK##u##U##_safe(const glyd_kparams p) {                  \
+		extern __shared__ float smem[];                                                             \
+		linear_f12_experts<MT, NT, WN, WK, U, true>(p, smem);                                        \
+	}
+
+// The grouped configurations (core/gpu/moe.go, groupedConfigs: chosen by the
+// mean rows per expert): tiles of the dense kernel for 8, 16, 32, 64 tokens.
+GLYD_LING(1, 1, 1, 8, 1)
+GLYD_LING(1, 2, 1, 8, 1)
+GLYD_LING(2, 4, 1, 8, 1)
+GLYD_LING(1, 8, 2, 4, 1)
 
 // ---------------------------------------------------------------------------
 // Transposed experts: each expert stored [Ri, Co] = [in, out] (y = x · W, as
@@ -158,9 +171,8 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12g_m1n1w1k8u1_safe(
 // caller adds x * (true - that) from the escape records.
 __device__ __forceinline__ void decode8_safe_f32(const uint2 s, const uint32_t cw, const uint32_t B4,
                                                  float (&w)[8]) {
-	const uint32_t lo = cw & 0x0f0f0f0fu, hi = (cw >> 4) & 0x0f0f0f0fu;
-	const uint32_t ca = __vadd4(lo, B4) & __vcmpne4(lo, 0x0f0f0f0fu);
-	const uint32_t cb = __vadd4(hi, B4) & __vcmpne4(hi, 0x0f0f0f0fu);
+	uint32_t ca, cb;
+	code_bytes<true>(cw, B4, ca, cb);
 	const uint32_t v[4] = {lop3_sel(prmt_sr(s.x, s.y, 0x9180), __byte_perm(ca, cb, 0x0400) << 7),
 	                       lop3_sel(prmt_sr(s.x, s.y, 0xB3A2), __byte_perm(ca, cb, 0x0501) << 7),
 	                       lop3_sel(prmt_sr(s.x, s.y, 0xD5C4), __byte_perm(ca, cb, 0x0602) << 7),
@@ -237,20 +249,10 @@ __device__ __forceinline__ void tpass(const glyd_expert &ex, const uint16_t *x, 
 }
 
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_experts(const glyd_kparams p) {
-	__shared__ int64_t pick[3];
 	__shared__ float red[7][TT][256]; // warps 1..7: [warp-1][token][column in the tile]
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	if (warp == 0) {
-		int64_t r0 = 0, r1 = 0;
-		const int64_t e = nth_expert((const int32_t *)p.offs, p.num_experts, p.rows, blockIdx.z, &r0, &r1);
-		if (lane == 0) {
-			pick[0] = e;
-			pick[1] = r0;
-			pick[2] = r1;
-		}
-	}
-	__syncthreads();
-	const int64_t e = pick[0], m0 = pick[1], m1 = pick[2];
+	int64_t m0, m1;
+	const int64_t e = block_expert(p, &m0, &m1);
 	if (e < 0) return;
 	const glyd_expert ex = ((const glyd_expert *)p.experts)[e];
 	const int64_t Ri = p.K, Co = p.N;

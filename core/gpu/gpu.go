@@ -134,8 +134,6 @@ var kernelNames = []string{
 	"glyd_pack_small",
 	"glyd_decode_f12_groups",
 	"glyd_escape_scatter_groups",
-	"glyd_lin_f12g_m1n1w1k8u1",
-	"glyd_lin_f12g_m1n1w1k8u1_safe",
 	"glyd_lin_f12t_experts",
 	"glyd_lin_f12t_reduce",
 	"glyd_moe_route",
@@ -161,18 +159,23 @@ const (
 	kPackSmall
 	kDecodeF12Groups
 	kEscapeScatterGroups
-	kLinGrouped
-	kLinGroupedSafe
 	kLinTransposed
 	kLinTransposedReduce
 	kMoeRoute
 	kMoeCombine
-	kLinFirst // the linear configurations of linear.go follow, each name then name_safe
+	kLinFirst // the linear configurations of linear.go follow, each name then name_safe,
+	// then the grouped ones of moe.go (kGroupedFirst)
 )
+
+// kGroupedFirst is the index of the first grouped configuration's kernel.
+var kGroupedFirst = kLinFirst + 2*len(linConfigs)
 
 func init() {
 	for _, c := range linConfigs {
 		kernelNames = append(kernelNames, c.name(), c.name()+"_safe")
+	}
+	for _, c := range groupedConfigs {
+		kernelNames = append(kernelNames, c.groupedName(), c.groupedName()+"_safe")
 	}
 }
 

@@ -196,9 +196,29 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 	return launch(dev, kEscapeScatterGroups, gridFor(maxEsc, 256, 1<<16-1), uint32(e), 1, 256, 0, stream, &p)
 }
 
-// expertsConfig is the tile configuration of the grouped kernel
-// (glyd_lin_f12g_m1n1w1k8u1: linear_f12 with 16 rows, 8 warps splitting K).
-var expertsConfig = linConfig{1, 1, 1, 8, 1, linRegs}
+// groupedConfigs are the tile configurations of the grouped kernel
+// (glyd_lin_f12g_*, the GLYD_LING lines of kernels/moe.cu, same order): the
+// dense kernel's tiles for 8, 16, 32 and 64 rows of x at a time.
+var groupedConfigs = []linConfig{
+	{1, 1, 1, 8, 1, linRegs},
+	{1, 2, 1, 8, 1, linRegs},
+	{2, 4, 1, 8, 1, linRegs},
+	{1, 8, 2, 4, 1, linRegs},
+}
+
+func (c linConfig) groupedName() string { return "glyd_lin_f12g" + c.name()[len("glyd_lin_f12"):] }
+
+// pickGrouped returns the index in groupedConfigs for rows sorted over e
+// experts: the tile whose rows of x cover the mean rows per expert (the host
+// does not see the routing).
+func pickGrouped(rows, e int64) int {
+	for i, c := range groupedConfigs {
+		if rows <= int64(c.tokens())*e || i == len(groupedConfigs)-1 {
+			return i
+		}
+	}
+	return 0
+}
 
 // transposedSplits is how many slices of the input rows the transposed
 // kernel sums separately (grid y): enough blocks for two per SM of a 132-SM
@@ -319,17 +339,18 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 		}
 		return launch(dev, kLinTransposedReduce, gridFor(uint64(rows*k), 256, 1<<31-1), 1, 1, 256, 0, stream, &p)
 	}
-	gy := (n + 15) / 16
+	ci := pickGrouped(rows, e)
+	c := groupedConfigs[ci]
+	gy := (n + int64(c.rows()) - 1) / int64(c.rows())
 	if gy > 65535 {
 		return status.Errorf(status.Unsupported, "gpu: %d weight rows is too many for one launch", n)
 	}
 	if _, err := load(dev); err != nil {
 		return err
 	}
-	kidx := kLinGrouped
+	kidx := kGroupedFirst + 2*ci
 	if safeExperts(w) {
-		kidx = kLinGroupedSafe
+		kidx++
 	}
-	c := expertsConfig
 	return launch(dev, kidx, 1, uint32(gy), uint32(z), uint32(c.threads()), uint32(c.smem()), stream, &p)
 }

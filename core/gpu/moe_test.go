@@ -121,3 +121,23 @@ func TestExpertsTransposed(t *testing.T) {
 		t.Fatalf("64 input rows: %d splits", s)
 	}
 }
+
+func TestPickGroupedCoversTheMeanRowsPerExpert(t *testing.T) {
+	for _, c := range []struct {
+		rows, e int64
+		want    string
+	}{
+		{1, 8, "glyd_lin_f12g_m1n1w1k8u1"}, {8, 128, "glyd_lin_f12g_m1n1w1k8u1"}, {64, 8, "glyd_lin_f12g_m1n1w1k8u1"},
+		{65, 8, "glyd_lin_f12g_m1n2w1k8u1"}, {128, 8, "glyd_lin_f12g_m1n2w1k8u1"}, {129, 8, "glyd_lin_f12g_m2n4w1k8u1"},
+		{256, 8, "glyd_lin_f12g_m2n4w1k8u1"}, {257, 8, "glyd_lin_f12g_m1n8w2k4u1"}, {1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1"},
+	} {
+		if got := groupedConfigs[pickGrouped(c.rows, c.e)].groupedName(); got != c.want {
+			t.Errorf("%d rows over %d experts: %s, want %s", c.rows, c.e, got, c.want)
+		}
+	}
+	for i := range groupedConfigs {
+		if kernelNames[kGroupedFirst+2*i] != groupedConfigs[i].groupedName() {
+			t.Fatal("grouped kernel indices out of order")
+		}
+	}
+}
