@@ -9,9 +9,12 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
 
   - *grouped kernel* (decode steps and short prompts: fewer than
     ``NOSYNC_PAIRS_PER_EXPERT`` pairs per expert; fixed12 weights the kernels
-    read aligned): pairs sorted by expert on the device, offsets by ``histc`` +
-    ``cumsum``, then ONE grouped launch (``glyd_gpu_linear_experts``) for
-    gate/up and one for down over all routed experts, each routed expert's
+    read aligned): pairs sorted by expert on the device (``glyd_gpu_moe_route``:
+    one kernel for the sort, the offsets and each pair's row; families with expert
+    biases sort with torch), then ONE grouped launch (``glyd_gpu_linear_experts``,
+    its tile chosen by the mean rows per expert) for gate/up and one for down
+    over all routed experts, the weighted sum per token in one more kernel
+    (``glyd_gpu_moe_combine``), each routed expert's
     packed weights read once and decoded inside the kernel (tensor cores for
     the linear layout ``[E, out, in]``; for weights stored transposed,
     ``[E, in, out]`` as gpt-oss and Llama 4 keep them, a CUDA-core kernel that
