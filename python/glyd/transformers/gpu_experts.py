@@ -541,12 +541,13 @@ def _decode_all(module, spec: _Spec, counts, xs):
 #: From this many (token, expert) pairs per expert on, the default path decodes
 #: every expert (two launches) and runs one torch grouped_mm over the pairs
 #: sorted by expert, offsets on the device; below, the grouped kernel reads only
-#: the routed experts (both without host synchronization). On the H200 the
-#: grouped kernel wins up to 16 pairs per expert and decode-all from 32
-#: (Qwen3-30B-A3B at 4 / 32 pairs: 0.53 vs ~1.2 / 1.72 vs 1.34 ms; Mixtral at
-#: 16 / 128: 1.79 vs ~2.6 / 11.0 vs 3.2 ms; docs/PERFORMANCE.md). Decided from
-#: shapes only. GLYD_MOE_NOSYNC_PAIRS overrides (0: never decode-all).
-NOSYNC_PAIRS_PER_EXPERT = 24
+#: the routed experts (both without host synchronization). On the H200 with the
+#: grouped kernel's 16/32/64-row tiles (session 3, docs/PERFORMANCE.md): at 32
+#: pairs per expert the grouped kernel wins (Mixtral-8x7B 128 tokens 1.65 vs
+#: 2.45 ms, Qwen3-30B-A3B 512 tokens 1.22 vs 1.35), at 128 decode-all wins
+#: (Mixtral 512 tokens 3.19 vs 4.07); the crossover interpolates to ~78.
+#: Decided from shapes only. GLYD_MOE_NOSYNC_PAIRS overrides (0: never decode-all).
+NOSYNC_PAIRS_PER_EXPERT = 64
 
 
 def nosync(spec: _Spec, pairs: int, device) -> bool:
