@@ -530,6 +530,8 @@ GLYD_LIN(1, 8, 2, 4, 1)
 GLYD_LIN(2, 4, 1, 8, 1)
 GLYD_LIN(2, 8, 2, 4, 1)
 GLYD_LIN(1, 16, 2, 4, 1)
+GLYD_LIN(1, 1, 1, 16, 1)
+GLYD_LIN(1, 1, 1, 16, 2)
 
 extern "C" __global__ void __launch_bounds__(128) glyd_lin_f12_generic(const glyd_kparams p) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

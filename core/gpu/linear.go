@@ -86,13 +86,17 @@ var linConfigs = []linConfig{
 	{2, 4, 1, 8, 1, linRegs},
 	{2, 8, 2, 4, 1, linRegs},
 	{1, 16, 2, 4, 1, linRegs},
+	{1, 1, 1, 16, 1, linRegs},
+	{1, 1, 1, 16, 2, linRegs},
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
 // rows. From the configuration sweeps on the H200 (docs/PERFORMANCE.md): at
-// 1-8 tokens two k-blocks in flight per lane (u2) win when the 16-row blocks
-// are few (o, down of Qwen3-8B: 256 blocks), one (u1, higher occupancy) when
-// they are many (qkv 384, gate_up 1536); from 17 tokens the session-3 sweep
+// 1-8 tokens, when the 16-row blocks are few (o, down of Qwen3-8B: 256
+// blocks), 16 warps splitting K (twice the warps of u1/u2 in flight: down
+// 0.295 -> 0.279 ms, o 0.138 -> 0.136 for 12 layers, session 3), else one
+// k-block in flight per lane (u1, higher occupancy; qkv 384, gate_up 1536
+// blocks); from 17 tokens the session-3 sweep
 // (all linears of 12 Qwen3-8B layers) picks m2n4w1k8u1 to 32 tokens, then
 // m1n8w2k4u1, and m1n8w4k2u1 beyond 64 (2x faster than m2n16w4k1u1 at 128).
 func pickConfig(rows, n int64) int {
@@ -102,7 +106,7 @@ func pickConfig(rows, n int64) int {
 	switch {
 	case rows <= 8:
 		if (n+15)/16 <= splitTarget {
-			return 0 // m1n1w1k8u2
+			return 20 // m1n1w1k16u1
 		}
 		return 1 // m1n1w1k8u1
 	case rows <= 16:

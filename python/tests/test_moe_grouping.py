@@ -150,7 +150,7 @@ def test_grouped_path_routed_on_device_logic(model_type, packed_dir, monkeypatch
                         lambda module, spec, device: spec.kind == "fused" and bool(spec.num_experts))
     monkeypatch.setattr(gpu_experts.ExpertWeights, "grouped", lambda self: _ReferenceExperts(self))
     monkeypatch.setattr(gpu_experts, "_route_on_device",
-                        lambda spec, x, flat: spec.bias_in is None and spec.bias_out is None)
+                        lambda spec, x, pairs: spec.bias_in is None and spec.bias_out is None)
     monkeypatch.setattr(_gpu, "moe_route", moe_reference.moe_route)
     monkeypatch.setattr(_gpu, "moe_combine", moe_reference.moe_combine)
     n = 0

@@ -591,7 +591,7 @@ def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Ten
     flat = idx2.reshape(-1).to(torch.int64)
     if validate_enabled(module):
         _check_routing(module, flat, Z)
-    if grouped and _route_on_device(spec, x, flat):
+    if grouped and _route_on_device(spec, x, flat.numel()):
         return _grouped_forward_routed_on_device(module, spec, x, flat, w2)
     ok = (flat >= 0) & (flat < Z)
     ids = torch.where(ok, flat, torch.full_like(flat, Z))      # dropped ids sort last
@@ -630,14 +630,14 @@ def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Ten
     return pairs.view(T, k, H).sum(dim=1)
 
 
-def _route_on_device(spec: _Spec, x: torch.Tensor, flat: torch.Tensor) -> bool:
+def _route_on_device(spec: _Spec, x: torch.Tensor, pairs: int) -> bool:
     """Whether the grouped path can route and combine with Glyd's two routing kernels
     (glyd._gpu.moe_route / moe_combine) instead of ~30 small torch kernels: bf16 on a
     GPU, no expert biases (added per sorted row by torch), within the kernels' limits."""
     from .. import _gpu
 
     return (x.device.type == "cuda" and x.dtype == torch.bfloat16 and x.data_ptr() % 16 == 0 and spec.bias_in is None
-            and spec.bias_out is None and flat.numel() <= _gpu.MOE_ROUTE_MAX_PAIRS
+            and spec.bias_out is None and pairs <= _gpu.MOE_ROUTE_MAX_PAIRS
             and spec.num_total <= _gpu.MOE_ROUTE_MAX_EXPERTS)
 
 
@@ -708,6 +708,23 @@ def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[
     T = flat.shape[0] // E
     if T > ALL_EXPERTS_GROUPED_TOKENS or not grouped_kernel(module, spec, hidden.device):
         return None
+    flat = flat.contiguous()
+    if _route_on_device(spec, flat, E * T):
+        from .. import _gpu
+
+        # every row a pair of its own (top-1), routed to its expert or, if zero, dropped
+        nz = (flat != 0).any(dim=-1)
+        ids = torch.where(nz, torch.arange(E * T, device=flat.device) // T, -1)
+        offs, tok, rows = _gpu.moe_route(ids, 1, E)
+        xs = flat.index_select(0, tok)
+        wi = expert_weights(module, spec.w_in, spec.transposed)
+        wd = expert_weights(module, "down_proj", spec.transposed)
+        h = _gate(module, spec, wi.grouped().linear(xs, offs))
+        if h.dtype != flat.dtype:
+            h = h.to(flat.dtype)
+        d = wd.grouped().linear(h.contiguous(), offs)
+        ones = torch.ones(E * T, 1, dtype=torch.float32, device=flat.device)
+        return _gpu.moe_combine(flat, d, ones, ids, rows, E)  # d's rows back in place, zero rows 0
     k = module.__dict__.get("_glyd_top_k") or E
     R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
     nz = (flat != 0).any(dim=-1)
