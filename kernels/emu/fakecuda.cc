@@ -59,6 +59,7 @@ inline uint32_t prmt_sr(uint32_t a, uint32_t b, uint32_t sel) {
 	}
 	return r;
 }
+inline uint32_t lop3_sel(uint32_t P, uint32_t E) { return (P & 0x807f807fu) | (E & ~0x807f807fu); }
 inline uint2 ld_stream8(const void *p) {
 	uint2 v;
 	memcpy(&v, p, 8);

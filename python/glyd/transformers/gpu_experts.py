@@ -713,16 +713,21 @@ def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[
         from .. import _gpu
 
         # every row a pair of its own (top-1), routed to its expert or, if zero, dropped
+        # (sorted last); the kernels get only the first R sorted rows: their grids
+        # and splits are sized by the rows they are given
+        k = module.__dict__.get("_glyd_top_k") or E
+        R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
         nz = (flat != 0).any(dim=-1)
         ids = torch.where(nz, torch.arange(E * T, device=flat.device) // T, -1)
         offs, tok, rows = _gpu.moe_route(ids, 1, E)
-        xs = flat.index_select(0, tok)
+        xs = flat.index_select(0, tok[:R])
         wi = expert_weights(module, spec.w_in, spec.transposed)
         wd = expert_weights(module, "down_proj", spec.transposed)
         h = _gate(module, spec, wi.grouped().linear(xs, offs))
         if h.dtype != flat.dtype:
             h = h.to(flat.dtype)
-        d = wd.grouped().linear(h.contiguous(), offs)
+        d = torch.empty_like(flat)  # rows past R are never read (only routed rows are)
+        wd.grouped().linear(h.contiguous(), offs, out=d[:R])
         ones = torch.ones(E * T, 1, dtype=torch.float32, device=flat.device)
         return _gpu.moe_combine(flat, d, ones, ids, rows, E)  # d's rows back in place, zero rows 0
     k = module.__dict__.get("_glyd_top_k") or E
