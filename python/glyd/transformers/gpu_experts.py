@@ -10,8 +10,7 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
   - *grouped kernel* (decode steps and short prompts: fewer than
     ``NOSYNC_PAIRS_PER_EXPERT`` pairs per expert; fixed12 weights the kernels
     read aligned): pairs sorted by expert on the device (``glyd_gpu_moe_route``:
-    one kernel for the sort, the offsets and each pair's row; families with expert
-    biases sort with torch), then ONE grouped launch (``glyd_gpu_linear_experts``,
+    one kernel for the sort, the offsets and each pair's row), then ONE grouped launch (``glyd_gpu_linear_experts``,
     its tile chosen by the mean rows per expert) for gate/up and one for down
     over all routed experts, the weighted sum per token in one more kernel
     (``glyd_gpu_moe_combine``), each routed expert's
@@ -633,20 +632,21 @@ def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Ten
 def _route_on_device(spec: _Spec, x: torch.Tensor, pairs: int) -> bool:
     """Whether the grouped path can route and combine with Glyd's two routing kernels
     (glyd._gpu.moe_route / moe_combine) instead of ~30 small torch kernels: bf16 on a
-    GPU, no expert biases (added per sorted row by torch), within the kernels' limits."""
+    GPU, within the kernels' limits."""
     from .. import _gpu
 
-    return (x.device.type == "cuda" and x.dtype == torch.bfloat16 and x.data_ptr() % 16 == 0 and spec.bias_in is None
-            and spec.bias_out is None and pairs <= _gpu.MOE_ROUTE_MAX_PAIRS
+    return (x.device.type == "cuda" and x.dtype == torch.bfloat16 and x.data_ptr() % 16 == 0
+            and pairs <= _gpu.MOE_ROUTE_MAX_PAIRS
             and spec.num_total <= _gpu.MOE_ROUTE_MAX_EXPERTS)
 
 
 def _grouped_forward_routed_on_device(module, spec: _Spec, x: torch.Tensor, flat: torch.Tensor,
                                       w2: torch.Tensor) -> torch.Tensor:
     """The grouped-kernel path with the routing on the device: sort the pairs
-    (moe_route), gather their rows, the two grouped linears, then the weighted sum
-    per token (moe_combine: identity experts add x, dropped pairs nothing). Rows
-    past the routed experts are never read, so they need no masking."""
+    (moe_route), gather their rows, the two grouped linears (expert biases added per
+    sorted row, its expert found from the offsets), then the weighted sum per token
+    (moe_combine: identity experts add x, dropped pairs nothing). Rows past the
+    routed experts are never read, so they need no masking."""
     from .. import _gpu
 
     E, Z = spec.num_experts, spec.num_total
@@ -655,11 +655,19 @@ def _grouped_forward_routed_on_device(module, spec: _Spec, x: torch.Tensor, flat
     wi = expert_weights(module, spec.w_in, spec.transposed)
     wd = expert_weights(module, "down_proj", spec.transposed)
     proj = wi.grouped().linear(xs, _offsets_for(wi, offs))
+    ids = None
+    if spec.bias_in is not None or spec.bias_out is not None:  # gpt-oss: a bias per sorted row
+        ids = torch.searchsorted(offs, torch.arange(tok.numel(), device=x.device, dtype=torch.int32),
+                                 right=True).clamp_(max=E - 1)
+    if spec.bias_in is not None:
+        proj = proj + getattr(module, spec.bias_in)[ids]
     h = _gate(module, spec, proj)
     if h.dtype != x.dtype:
         h = h.to(x.dtype)
     d = wd.grouped().linear(h.contiguous(), _offsets_for(wd, offs))
-    return _gpu.moe_combine(x, d, w2.float().contiguous(), flat, rows, E, Z)
+    if spec.bias_out is not None:
+        d = d + getattr(module, spec.bias_out)[ids]
+    return _gpu.moe_combine(x, d.to(x.dtype), w2.float().contiguous(), flat, rows, E, Z)
 
 
 def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor):
