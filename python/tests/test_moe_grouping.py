@@ -107,12 +107,19 @@ class _ReferenceExperts:
         return out
 
 
+@pytest.mark.parametrize("routing", ["torch", "kernels"])
 @pytest.mark.parametrize("model_type", MOE_TYPES)
-def test_grouped_kernel_path_logic(model_type, packed_dir, monkeypatch):
-    """The grouped-kernel path (no host synchronization: pairs sorted on the device,
-    offsets by histc + cumsum, Llama 4's rows gathered on the device, LongCat's
-    zero experts padded out of the offsets), run with a torch reference in place of
-    the kernel, against the family's own forward."""
+def test_grouped_kernel_path_logic(model_type, routing, packed_dir, monkeypatch):
+    """The grouped-kernel path (no host synchronization: Llama 4's rows gathered on
+    the device, LongCat's zero experts padded out of the offsets, gpt-oss's expert
+    biases per sorted row), run with a torch reference in place of the grouped
+    kernel, against the family's own forward. Pairs sorted and summed by torch
+    (`routing="torch"`) or by the routing kernels (moe_route / moe_combine, here their
+    torch references)."""
+    import moe_reference
+
+    from glyd import _gpu
+
     model = glyd.from_pretrained(packed_dir(model_type, "fixed12"))
     calls = _capture(model, model_inputs(model_type))
     monkeypatch.setattr(gpu_experts, "_FORCE", True)
@@ -120,6 +127,9 @@ def test_grouped_kernel_path_logic(model_type, packed_dir, monkeypatch):
     monkeypatch.setattr(gpu_experts, "grouped_kernel",
                         lambda module, spec, device: spec.kind == "fused" and bool(spec.num_experts))
     monkeypatch.setattr(gpu_experts.ExpertWeights, "grouped", lambda self: _ReferenceExperts(self))
+    monkeypatch.setattr(gpu_experts, "_route_on_device", lambda spec, x, pairs: routing == "kernels")
+    monkeypatch.setattr(_gpu, "moe_route", moe_reference.moe_route)
+    monkeypatch.setattr(_gpu, "moe_combine", moe_reference.moe_combine)
     n = 0
     for mod, args, kwargs, ref in calls:
         if not isinstance(mod, GlydExperts) or gpu_experts.spec_of(mod).kind != "fused":
@@ -133,39 +143,6 @@ def test_grouped_kernel_path_logic(model_type, packed_dir, monkeypatch):
     if not any(gpu_experts.spec_of(m).kind == "fused" for m, *_ in calls if isinstance(m, GlydExperts)):
         pytest.skip(f"{model_type} has no fused-kind experts")
     assert n
-
-
-@pytest.mark.parametrize("model_type", MOE_TYPES)
-def test_grouped_path_routed_on_device_logic(model_type, packed_dir, monkeypatch):
-    """The grouped-kernel path with the routing kernels (moe_route / moe_combine: the
-    pairs sorted and summed on the device), run with torch references in place of the
-    three kernels, against the family's own forward (gpt-oss: expert biases per sorted
-    row)."""
-    import moe_reference
-
-    from glyd import _gpu
-
-    model = glyd.from_pretrained(packed_dir(model_type, "fixed12"))
-    calls = _capture(model, model_inputs(model_type))
-    monkeypatch.setattr(gpu_experts, "_FORCE", True)
-    monkeypatch.setenv("GLYD_MOE_NOSYNC_PAIRS", "0")
-    monkeypatch.setattr(gpu_experts, "grouped_kernel",
-                        lambda module, spec, device: spec.kind == "fused" and bool(spec.num_experts))
-    monkeypatch.setattr(gpu_experts.ExpertWeights, "grouped", lambda self: _ReferenceExperts(self))
-    monkeypatch.setattr(gpu_experts, "_route_on_device", lambda spec, x, pairs: True)
-    monkeypatch.setattr(_gpu, "moe_route", moe_reference.moe_route)
-    monkeypatch.setattr(_gpu, "moe_combine", moe_reference.moe_combine)
-    n = 0
-    for mod, args, kwargs, ref in calls:
-        if not isinstance(mod, GlydExperts) or gpu_experts.spec_of(mod).kind != "fused":
-            continue
-        with torch.no_grad():
-            got = gpu_experts.experts_forward(mod, *args, **kwargs)
-        assert got.shape == ref.shape and got.dtype == ref.dtype
-        close(got, ref)
-        n += 1
-    if not n:
-        pytest.skip(f"{model_type} has no fused-kind experts")
 
 
 def test_routing_out_of_range_is_an_error(packed_dir, monkeypatch):
