@@ -1,6 +1,9 @@
 package gpu
 
 import (
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/glyd/glyd/core/codec"
@@ -139,5 +142,46 @@ func TestPickGroupedCoversTheMeanRowsPerExpert(t *testing.T) {
 		if kernelNames[kGroupedFirst+2*i] != groupedConfigs[i].groupedName() {
 			t.Fatal("grouped kernel indices out of order")
 		}
+	}
+}
+
+// The routing limits are part of the C ABI: include/glyd.h states them.
+func TestMoeRouteLimitsMatchTheHeader(t *testing.T) {
+	h, err := os.ReadFile("../../include/glyd.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"GLYD_MOE_ROUTE_MAX_PAIRS": MoeRouteMaxPairs, "GLYD_MOE_ROUTE_MAX_EXPERTS": MoeRouteMaxExpert} {
+		if !strings.Contains(string(h), fmt.Sprintf("#define %s %d\n", name, want)) {
+			t.Errorf("include/glyd.h does not define %s %d", name, want)
+		}
+	}
+}
+
+func TestMoeRouteArgumentErrors(t *testing.T) {
+	const fake = 1 << 20
+	for _, c := range []struct {
+		pairs, topk, experts, total int64
+		ids, offs                   uintptr
+		want                        status.Code
+	}{
+		{8, 0, 4, 4, fake, fake, status.InvalidArgument},
+		{8, 3, 4, 4, fake, fake, status.InvalidArgument},
+		{8, 8, 4, 3, fake, fake, status.InvalidArgument},
+		{MoeRouteMaxPairs + 8, 8, 4, 4, fake, fake, status.Unsupported},
+		{8, 8, 4, MoeRouteMaxExpert + 1, fake, fake, status.Unsupported},
+		{8, 8, 4, 4, 0, fake, status.InvalidArgument},
+		{8, 8, 4, 4, fake, 0, status.InvalidArgument},
+	} {
+		err := MoeRoute(0, 0, c.ids, c.pairs, c.topk, c.experts, c.total, c.offs, fake, fake)
+		if status.CodeOf(err) != c.want {
+			t.Errorf("%+v: %v, want code %v", c, err, c.want)
+		}
+	}
+	if err := MoeCombine(0, 0, fake+2, fake, fake, fake, fake, 1, 8, 64, 4, 4, fake); status.CodeOf(err) != status.InvalidArgument {
+		t.Errorf("misaligned x: %v", err)
+	}
+	if err := MoeCombine(0, 0, fake, fake, fake, fake, fake, 0, 8, 64, 4, 4, fake); err != nil {
+		t.Errorf("no tokens: %v", err)
 	}
 }
