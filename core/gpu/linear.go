@@ -129,18 +129,30 @@ const splitTarget = 264
 // splits returns how many blocks share the K of one output tile.
 func (c linConfig) splits(n, k, rows int64) int64 {
 	ctas := ((n + int64(c.rows()) - 1) / int64(c.rows())) * ((rows + int64(c.tokens()) - 1) / int64(c.tokens()))
-	s := splitTarget / ctas
 	maxs := ((k + 63) / 64) / int64(2*c.WK) // each warp keeps >= 2 k-blocks
-	if s > maxs {
-		s = maxs
+	return max(1, min(splitTarget/ctas, maxs, 8))
+}
+
+// escapeExponent is the exponent the fast decode gives an escaped weight (code
+// 15): base + 15, or 0 when base + 15 would be Inf/NaN or carry into the next
+// byte; then the _safe kernels decode escapes as 0.
+func escapeExponent(base uint8) uint32 {
+	if base >= 240 {
+		return 0
 	}
-	if s > 8 {
-		s = 8
-	}
-	if s < 1 {
-		s = 1
-	}
-	return s
+	return uint32(base) + 15
+}
+
+// setOperands fills the operand fields every fused linear reads (x, bias, y
+// and the sizes; one split).
+func setOperands(p *C.glyd_kparams, x, bias, y uintptr, rows, n, k int64) {
+	p.x = C.glyd_u64(x)
+	p.bias = C.glyd_u64(bias)
+	p.y = C.glyd_u64(y)
+	p.rows = C.glyd_i64(rows)
+	p.N = C.glyd_i64(n)
+	p.K = C.glyd_i64(k)
+	p.splits = 1
 }
 
 var forced atomic.Int32 // 1 + index into linConfigs, 0 = automatic
@@ -257,13 +269,7 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		p.escrows = C.glyd_u64(w.EscRows)
 		p.escrecs = C.glyd_u64(uint64(w.EscRows) + escRowsBytes(n))
 	}
-	p.x = C.glyd_u64(x)
-	p.bias = C.glyd_u64(bias)
-	p.y = C.glyd_u64(y)
-	p.rows = C.glyd_i64(rows)
-	p.N = C.glyd_i64(n)
-	p.K = C.glyd_i64(k)
-	p.splits = 1
+	setOperands(&p, x, bias, y, int64(rows), n, k)
 	fast, _ := fastPath(w, x)
 	if !fast || forced.Load() < 0 || k == 0 {
 		gy := (n + 3) / 4
@@ -281,10 +287,9 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		return status.Errorf(status.Unsupported, "gpu: %d x %d is too large for one launch", rows, n)
 	}
 	kidx := kLinFirst + 2*ci
-	p.ebase = C.glyd_u32(g.Base) + 15
-	if g.Base >= 240 { // code 15 would decode to Inf/NaN or carry: zero escapes in the decode
-		kidx++
-		p.ebase = 0
+	p.ebase = C.glyd_u32(escapeExponent(g.Base))
+	if p.ebase == 0 {
+		kidx++ // the _safe kernel
 	}
 	s := c.splits(n, k, int64(rows))
 	if s > 1 {

@@ -64,7 +64,7 @@ func expertDims(t *DeviceTensor) (e, n, k int64, err error) {
 // applies to all (one kernel per launch).
 func safeExperts(t *DeviceTensor) bool {
 	for i := range t.Groups {
-		if t.Groups[i].Base >= 240 {
+		if escapeExponent(t.Groups[i].Base) == 0 {
 			return true
 		}
 	}
@@ -125,7 +125,7 @@ func BuildExpertsTable(dev int, stream uintptr, t *DeviceTensor, dst uintptr) er
 		en.escapes = p.escapes
 		en.base = p.base
 		if !safe {
-			en.ebase = p.base + 15
+			en.ebase = C.glyd_u32(escapeExponent(t.Groups[i].Base))
 		}
 		if t.Groups[i].Escapes == 0 {
 			en.escidx, en.escexp = 0, 0
@@ -225,22 +225,9 @@ func pickGrouped(rows, e int64) int {
 // GPU, each warp with >= 8 input rows. A constant of the shapes only, so the
 // workspace bound and the result bits do not depend on the GPU.
 func transposedSplits(e, ri, co, rows int64) int64 {
-	z := e
-	if rows < z {
-		z = rows
-	}
+	z := min(e, rows)
 	tiles := (co + 255) / 256
-	s := (2*splitTarget + tiles*z - 1) / (tiles * z)
-	if m := ri / 64; s > m {
-		s = m
-	}
-	if s > 32 {
-		s = 32
-	}
-	if s < 1 {
-		s = 1
-	}
-	return s
+	return max(1, min((2*splitTarget+tiles*z-1)/(tiles*z), ri/64, 32))
 }
 
 // ExpertsWorkspaceBound is the workspace LinearExperts needs, in bytes: 0 for
@@ -300,10 +287,7 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 			return status.Errorf(status.Unsupported, "gpu: expert %d's planes are not %d-byte aligned (the kernel needs %s)", i, align, what)
 		}
 	}
-	z := e
-	if rows < z {
-		z = rows
-	}
+	z := min(e, rows)
 	if z > 65535 {
 		return status.Errorf(status.Unsupported, "gpu: %d experts is too many for one launch", e)
 	}
@@ -311,13 +295,7 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 	p.experts = C.glyd_u64(table)
 	p.offs = C.glyd_u64(offs)
 	p.num_experts = C.glyd_i64(e)
-	p.x = C.glyd_u64(x)
-	p.y = C.glyd_u64(y)
-	p.bias = C.glyd_u64(bias)
-	p.rows = C.glyd_i64(rows)
-	p.N = C.glyd_i64(n)
-	p.K = C.glyd_i64(k)
-	p.splits = 1
+	setOperands(&p, x, bias, y, rows, n, k)
 	if transposed {
 		s := transposedSplits(e, n, k, rows)
 		if need := uint64(s) * uint64(rows) * uint64(k) * 4; ws == 0 || wsBytes < need {
