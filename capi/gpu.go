@@ -133,8 +133,8 @@ func glydgo_gpu_decode_rows(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_t
 	if err != nil {
 		return fail(err)
 	}
-	if rows < 0 || rows > 1<<40 {
-		return fail(errArg("rows %d out of range", rows))
+	if err := rowsArg(rows); err != nil {
+		return fail(err)
 	}
 	if sh := d.Shape; len(sh) >= 2 && sh[len(sh)-1] > 0 {
 		hi, need := bits.Mul64(2*uint64(rows), uint64(sh[len(sh)-1]))
@@ -160,6 +160,14 @@ func sizeOf(t *C.glyd_gpu_tensor, bytes *C.size_t, size func(*gpu.DeviceTensor) 
 	}
 	*bytes = C.size_t(n)
 	return C.int(status.OK)
+}
+
+// rowsArg checks a row count argument (at most 2^40: sizes stay far from overflow).
+func rowsArg(rows C.int64_t) error {
+	if rows < 0 || rows > 1<<40 {
+		return errArg("rows %d out of range", rows)
+	}
+	return nil
 }
 
 // buildInto is the body of the glyd_gpu_build_* exports: dst_bytes checked
@@ -196,19 +204,7 @@ func glydgo_gpu_build_escape_index(device C.int, stream unsafe.Pointer, t *C.gly
 //export glydgo_gpu_linear_workspace_bound
 func glydgo_gpu_linear_workspace_bound(w *C.glyd_gpu_tensor, rows C.int64_t, bytes *C.size_t) (rc C.int) {
 	defer guard(&rc)
-	if bytes == nil {
-		return fail(errArg("bytes is NULL"))
-	}
-	d, err := gpuTensor(w)
-	if err != nil {
-		return fail(err)
-	}
-	n, err := gpu.LinearWorkspaceBound(d, int(rows))
-	if err != nil {
-		return fail(err)
-	}
-	*bytes = C.size_t(n)
-	return C.int(status.OK)
+	return sizeOf(w, bytes, func(d *gpu.DeviceTensor) (uint64, error) { return gpu.LinearWorkspaceBound(d, int(rows)) })
 }
 
 //export glydgo_gpu_linear
@@ -218,8 +214,8 @@ func glydgo_gpu_linear(device C.int, stream unsafe.Pointer, x unsafe.Pointer, ro
 	if err != nil {
 		return fail(err)
 	}
-	if rows < 0 || rows > 1<<40 {
-		return fail(errArg("rows %d out of range", rows))
+	if err := rowsArg(rows); err != nil {
+		return fail(err)
 	}
 	need, err := gpu.LinearWorkspaceBound(d, int(rows))
 	if err != nil {

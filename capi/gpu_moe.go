@@ -45,8 +45,8 @@ func glydgo_gpu_decode_experts(device C.int, stream unsafe.Pointer, w *C.glyd_gp
 //export glydgo_gpu_experts_workspace_bound
 func glydgo_gpu_experts_workspace_bound(w *C.glyd_gpu_tensor, rows C.int64_t, transposed C.int, bytes *C.size_t) (rc C.int) {
 	defer guard(&rc)
-	if rows < 0 || rows > 1<<40 {
-		return fail(errArg("rows %d out of range", rows))
+	if err := rowsArg(rows); err != nil {
+		return fail(err)
 	}
 	return sizeOf(w, bytes, func(d *gpu.DeviceTensor) (uint64, error) {
 		return gpu.ExpertsWorkspaceBound(d, int64(rows), transposed != 0)
@@ -60,8 +60,8 @@ func glydgo_gpu_linear_experts(device C.int, stream unsafe.Pointer, x unsafe.Poi
 	if err != nil {
 		return fail(err)
 	}
-	if rows < 0 || rows > 1<<40 {
-		return fail(errArg("rows %d out of range", rows))
+	if err := rowsArg(rows); err != nil {
+		return fail(err)
 	}
 	return result(gpu.LinearExperts(int(device), uintptr(stream), uintptr(x), int64(rows), d, uintptr(table), uintptr(offsets), uintptr(bias), uintptr(y), transposed != 0, uintptr(ws), uint64(wsBytes)))
 }
