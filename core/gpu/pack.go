@@ -132,15 +132,7 @@ func packPlan(dev int, stream uintptr, src uintptr, g packGeom, ws uintptr) (Pac
 	}
 	sms := d.info.SMs
 	w := uint64(ws)
-	var p C.glyd_kparams
-	p.x = C.glyd_u64(src)
-	p.n = C.glyd_u64(g.per)
-	p.N = C.glyd_i64(g.G)
-	p.total = C.glyd_u64(g.total)
-	p.pk_hist = C.glyd_u64(w + g.hist)
-	p.pk_base = C.glyd_u64(w + g.base)
-	p.pk_tiles = C.glyd_u64(w + g.tile)
-	p.pk_off = C.glyd_u64(w + g.off)
+	p := packParams(src, g, w)
 
 	z := p
 	z.dst = p.pk_hist
@@ -193,7 +185,6 @@ func packPlan(dev int, stream uintptr, src uintptr, g packGeom, ws uintptr) (Pac
 		if err := copyHtoD(dev, stream, w+g.sym, unsafe.Pointer(&syms[0]), uint64(len(syms))); err != nil {
 			return res, nil, err
 		}
-		p.pk_sym = C.glyd_u64(w + g.sym)
 		kCount = kPackSmallCount
 	}
 	if err := launch(dev, kCount, uint32(g.T), uint32(g.G), 1, 256, 0, stream, &p); err != nil {
@@ -365,21 +356,30 @@ func Pack(dev int, stream uintptr, src uintptr, dt codec.DType, layout codec.Lay
 			return res, err
 		}
 	}
-	var p C.glyd_kparams
-	p.x = C.glyd_u64(src)
-	p.n = C.glyd_u64(g.per)
-	p.N = C.glyd_i64(g.G)
-	p.total = C.glyd_u64(g.total)
-	p.pk_base = C.glyd_u64(w + g.base)
-	p.pk_off = C.glyd_u64(w + g.off)
+	p := packParams(src, g, w)
 	p.sm = C.glyd_u64(planes[codec.PlaneSM])
 	p.code = C.glyd_u64(planes[codec.PlaneCode])
 	p.escidx = C.glyd_u64(planes[codec.PlaneEscIdx])
 	p.escexp = C.glyd_u64(planes[codec.PlaneEscExp])
 	p.code2 = C.glyd_u64(planes[codec.PlaneCode2])
 	p.code3 = C.glyd_u64(planes[codec.PlaneCode3])
-	p.pk_sym = C.glyd_u64(w + g.sym)
 	return res, launch(dev, k, uint32(g.T), uint32(g.G), 1, 256, 0, stream, &p)
+}
+
+// packParams is the argument block of the pack kernels: the source, the
+// geometry and the workspace arrays (at w); each pass reads what it needs.
+func packParams(src uintptr, g packGeom, w uint64) C.glyd_kparams {
+	var p C.glyd_kparams
+	p.x = C.glyd_u64(src)
+	p.n = C.glyd_u64(g.per)
+	p.N = C.glyd_i64(g.G)
+	p.total = C.glyd_u64(g.total)
+	p.pk_hist = C.glyd_u64(w + g.hist)
+	p.pk_base = C.glyd_u64(w + g.base)
+	p.pk_tiles = C.glyd_u64(w + g.tile)
+	p.pk_off = C.glyd_u64(w + g.off)
+	p.pk_sym = C.glyd_u64(w + g.sym)
+	return p
 }
 
 // chunksFromOffsets writes the PlaneChunks bytes of a smallest pack from the

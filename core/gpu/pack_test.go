@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/glyd/glyd/core/codec"
@@ -107,19 +108,24 @@ func TestPackPlanMatchesCodec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := emulatePack(t, x, c.shape, c.groups)
-		if got.Checksum != want.Checksum {
-			t.Fatalf("%v/%d: checksum %08x, want %08x", c.shape, c.groups, got.Checksum, want.Checksum)
+		samePack(t, fmt.Sprintf("%v/%d", c.shape, c.groups), emulatePack(t, x, c.shape, c.groups), want)
+	}
+}
+
+// samePack fails t unless got has want's checksum, groups and planes, byte for byte.
+func samePack(t *testing.T, what string, got, want *codec.Tensor) {
+	t.Helper()
+	if got.Checksum != want.Checksum {
+		t.Fatalf("%s: checksum %08x, want %08x", what, got.Checksum, want.Checksum)
+	}
+	for i := range want.Groups {
+		if got.Groups[i] != want.Groups[i] {
+			t.Fatalf("%s: group %d %+v, want %+v", what, i, got.Groups[i], want.Groups[i])
 		}
-		for i := range want.Groups {
-			if got.Groups[i] != want.Groups[i] {
-				t.Fatalf("%v/%d: group %d %+v, want %+v", c.shape, c.groups, i, got.Groups[i], want.Groups[i])
-			}
-		}
-		for p := range want.Planes {
-			if string(got.Planes[p]) != string(want.Planes[p]) {
-				t.Fatalf("%v/%d: plane %d differs (%d vs %d bytes)", c.shape, c.groups, p, len(got.Planes[p]), len(want.Planes[p]))
-			}
+	}
+	for p := range want.Planes {
+		if string(got.Planes[p]) != string(want.Planes[p]) {
+			t.Fatalf("%s: plane %d differs (%d vs %d bytes)", what, p, len(got.Planes[p]), len(want.Planes[p]))
 		}
 	}
 }
@@ -269,19 +275,6 @@ func TestPackPlanSmallestMatchesCodec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := emulateSmall(t, x, c.shape, c.groups)
-		if got.Checksum != want.Checksum {
-			t.Fatalf("%v/%d: checksum", c.shape, c.groups)
-		}
-		for i := range want.Groups {
-			if got.Groups[i] != want.Groups[i] {
-				t.Fatalf("%v/%d: group %d %+v, want %+v", c.shape, c.groups, i, got.Groups[i], want.Groups[i])
-			}
-		}
-		for p := range want.Planes {
-			if string(got.Planes[p]) != string(want.Planes[p]) {
-				t.Fatalf("%v/%d: plane %d differs (%d vs %d bytes)", c.shape, c.groups, p, len(got.Planes[p]), len(want.Planes[p]))
-			}
-		}
+		samePack(t, fmt.Sprintf("%v/%d", c.shape, c.groups), emulateSmall(t, x, c.shape, c.groups), want)
 	}
 }
