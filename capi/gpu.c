@@ -32,8 +32,8 @@ int glyd_gpu_linear(int device, void *stream, const void *x, int64_t rows, const
     return glydgo_gpu_linear(device, stream, (void *)x, rows, (glyd_gpu_tensor *)w, (void *)bias, y,
                              workspace, workspace_bytes);
 }
-int glyd_gpu_linear_kernel(const glyd_gpu_tensor *w, int64_t rows, const char **name) {
-    return glydgo_gpu_linear_kernel((glyd_gpu_tensor *)w, rows, (char **)name);
+int glyd_gpu_linear_kernel(int device, const glyd_gpu_tensor *w, int64_t rows, const char **name) {
+    return glydgo_gpu_linear_kernel(device, (glyd_gpu_tensor *)w, rows, (char **)name);
 }
 int glyd_gpu_force_kernel(const char *name) { return glydgo_gpu_force_kernel((char *)name); }
 int glyd_gpu_linear_configs(const char **names) { return glydgo_gpu_linear_configs((char **)names); }

@@ -233,7 +233,7 @@ var (
 )
 
 //export glydgo_gpu_linear_kernel
-func glydgo_gpu_linear_kernel(w *C.glyd_gpu_tensor, rows C.int64_t, name **C.char) (rc C.int) {
+func glydgo_gpu_linear_kernel(device C.int, w *C.glyd_gpu_tensor, rows C.int64_t, name **C.char) (rc C.int) {
 	defer guard(&rc)
 	if name == nil {
 		return fail(errArg("name is NULL"))
@@ -245,7 +245,10 @@ func glydgo_gpu_linear_kernel(w *C.glyd_gpu_tensor, rows C.int64_t, name **C.cha
 	if len(d.Shape) == 0 || len(d.Groups) != 1 {
 		return fail(status.Errorf(status.Unsupported, "glyd_gpu_linear_kernel: need a single-group matrix"))
 	}
-	s := gpu.ConfigFor(d, int(rows))
+	s, err := gpu.ConfigFor(int(device), d, int(rows))
+	if err != nil {
+		return fail(err)
+	}
 	kernelNameMu.Lock()
 	c, ok := kernelNameC[s]
 	if !ok {

@@ -374,9 +374,10 @@ int glyd_gpu_linear(int device, void *stream, const void *x, int64_t rows,
                     const glyd_gpu_tensor *w, const void *bias, void *y, void *workspace,
                     size_t workspace_bytes);
 
-/* Name of the kernel glyd_gpu_linear runs for w and `rows` (static storage),
- * for diagnostics and benchmarks. */
-int glyd_gpu_linear_kernel(const glyd_gpu_tensor *w, int64_t rows, const char **name);
+/* Name of the kernel glyd_gpu_linear runs on `device` for w and `rows`
+ * (static storage), for diagnostics and benchmarks. The choice depends on the
+ * GPU: sm_90 (H100, H200) runs wgmma kernels (glyd_lin_f12w_*) from 9 rows on. */
+int glyd_gpu_linear_kernel(int device, const glyd_gpu_tensor *w, int64_t rows, const char **name);
 
 /* Benchmarks only: make glyd_gpu_linear use kernel configuration `name` (as
  * returned by glyd_gpu_linear_kernel, or "generic") for every call of the

@@ -51,6 +51,7 @@
  * then per pair prmt + shift + lop3: ~2.1 integer ops per weight.
  */
 #include "common.cuh"
+#include "wgmma.cuh"
 #include <cuda_bf16.h>
 
 __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -479,6 +480,209 @@ __device__ __forceinline__ void linear_f12_async(const glyd_kparams &p, float *s
 	}
 	cp_async_wait<0>();
 }
+
+// Hopper (sm_90a): the same decode feeding wgmma. y^T = W * x^T with the
+// weights as wgmma's A operand from registers: a block owns 64 weight rows;
+// warp w of a consumer warpgroup decodes rows 16w..16w+15 (the fragments of
+// decode16 are wgmma's A layout), and ONE wgmma.m64n{TB}k16 per 16 k
+// multiplies them by all TB tokens, where mma.sync needed TB/8 instructions
+// per warp plus the activation fragments in registers.
+//
+// Warp roles. KG consumer warpgroups split the block's k-blocks (warpgroup c
+// takes blocks j = c, c + KG, ...; their partial sums meet in the epilogue's
+// tree), each lane keeping U of its k-blocks of weights in flight in a
+// register ring; they never touch the activations. PW producer warps stage
+// the activations of each 64-k block j in stage j % S of a shared-memory
+// ring: B of the wgmma, K-major, no swizzle (8x8 core matrices of 128 bytes,
+// LBO = 128 between k-groups, SBO = 1024 between token groups), k permuted as
+// decode16 orders it (word i of a chunk's 16 elements, pair (0,4), (2,6),
+// ..., goes to logical k 8i + 2t, so wgmma k-step s reads logical k
+// 16s..16s+15). KG and PW divide S, so a stage always has the same producer
+// warp and the same consumer warpgroup; named barriers FULL[s] (the producer
+// arrives after fence.proxy.async, the consumers wait) and EMPTY[s] (the
+// consumers arrive after their wgmma's, the producer waits) couple just those
+// 160 threads. The async-proxy fence waits for the producer's outstanding
+// loads; split this way it never stalls the weight stream.
+// Shared memory: srows (align32(65) words) then max(S stages of TB*128 bytes,
+// the epilogue's tree and [TB][65] tile).
+__device__ __forceinline__ void bar_sync(int id, int count) {
+	asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+	asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+template <int TB, int KG, int S, int U, int PW, bool SAFE>
+__device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *smem) {
+#ifdef GLYD_WGMMA
+	constexpr int ROWS = 64, NT = TB / 8;
+	constexpr int BAR = 128 + 32;   // a stage's barriers: one consumer warpgroup, one producer warp
+	constexpr int STAGE = TB * 128; // bytes of one 64-k block of x
+	constexpr int PER = TB / 8;     // (token, 16-k chunk) items per producer lane and stage
+	constexpr int BATCH = PER < 4 ? PER : 4; // 32 registers of activations: the consumers set the budget
+	static_assert(S % PW == 0 && S % KG == 0 && (KG & (KG - 1)) == 0 && PER % BATCH == 0 && 2 * S < 16,
+	              "stages, warps, barriers; the epilogue tree needs a power of two KG");
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int g = lane >> 2, t = lane & 3;
+	const int64_t N = p.N, K = p.K, R = p.rows;
+	const int64_t n0 = (int64_t)blockIdx.y * ROWS, m0 = (int64_t)blockIdx.x * TB;
+	const int64_t KB = (K + 63) >> 6;
+	const int32_t kb_lo = (int32_t)(KB * blockIdx.z / p.splits), kb_hi = (int32_t)(KB * (blockIdx.z + 1) / p.splits);
+	const int32_t nkb = kb_hi - kb_lo, K32 = (int32_t)K;
+	uint32_t *srows = (uint32_t *)smem;
+	char *ring = (char *)(smem + ((ROWS + 1 + 31) & ~31));
+	const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+
+	if (p.splits == 1 && p.escrows) {
+		for (int i = threadIdx.x; i <= ROWS; i += blockDim.x) {
+			const int64_t r = n0 + i < N ? n0 + i : N;
+			srows[i] = ld_u32((const uint32_t *)p.escrows + r);
+		}
+	}
+	float acc[1][NT][4];
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) acc[0][j][i] = 0.f;
+
+	if (warp >= 4 * KG) {
+		// Producer warp pw fills the stages of blocks j = pw, pw + PW, ....
+		// Item (token tok, chunk ch) = 16 activations, one 32-byte load, 8
+		// permuted words. Rows past R read row R-1 (never stored); k past K
+		// reads as 0 (0 * w, never 0 * garbage).
+		const int pw = warp - 4 * KG;
+		for (int32_t j = pw; j < nkb; j += PW) {
+			const int32_t kb = kb_lo + j;
+			const int stage = j % S;
+			if (j >= S) bar_sync(1 + S + stage, BAR); // EMPTY: the wgmma's of block j - S are done
+#pragma unroll
+			for (int i0 = 0; i0 < PER; i0 += BATCH) {
+				uint4 xv[BATCH][2];
+#pragma unroll
+				for (int i = 0; i < BATCH; i++) {
+					const int item = lane + (i0 + i) * 32, tok = item >> 2, ch = item & 3;
+					const int64_t m = m0 + tok < R ? m0 + tok : R - 1;
+					const int32_t k = kb * 64 + 16 * ch;
+					const uint16_t *src = (const uint16_t *)p.x + m * K + k;
+					xv[i][0] = xv[i][1] = make_uint4(0, 0, 0, 0);
+					if (k < K32) {
+						xv[i][0] = ld_act16(src);
+						xv[i][1] = ld_act16(src + 8);
+					}
+				}
+#pragma unroll
+				for (int i = 0; i < BATCH; i++) {
+					const int item = lane + (i0 + i) * 32, tok = item >> 2, ch = item & 3;
+					const uint4 a = xv[i][0], b = xv[i][1];
+					const uint32_t w[8] = {__byte_perm(a.x, a.z, 0x5410), __byte_perm(a.y, a.w, 0x5410),
+					                       __byte_perm(a.x, a.z, 0x7632), __byte_perm(a.y, a.w, 0x7632),
+					                       __byte_perm(b.x, b.z, 0x5410), __byte_perm(b.y, b.w, 0x5410),
+					                       __byte_perm(b.x, b.z, 0x7632), __byte_perm(b.y, b.w, 0x7632)};
+					const uint32_t base = ring_s + stage * STAGE + (tok >> 3) * 1024 + (tok & 7) * 16 + 4 * ch;
+#pragma unroll
+					for (int q = 0; q < 8; q++)
+						asm volatile("st.shared.b32 [%0], %1;" ::"r"(base + 128 * q), "r"(w[q]) : "memory");
+				}
+			}
+			fence_proxy_async();
+			bar_arrive(1 + stage, BAR); // FULL
+		}
+	} else {
+		// Consumer warpgroup c: blocks j = c, c + KG, ...; a ring of U of
+		// them per lane.
+		const int c = warp >> 2, w16 = warp & 3;
+		const uint32_t B4 = p.base * 0x01010101u;
+		const uint8_t *smr[2], *cdr[2];
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int64_t n = n0 + w16 * 16 + g + 8 * h;
+			if (n >= N) n = N - 1;
+			smr[h] = pin((const uint8_t *)p.sm + n * K + 16 * t);
+			cdr[h] = pin((const uint8_t *)p.code + n * K / 2 + 8 * t);
+		}
+		uint4 ws[U][2];
+		uint2 wc[U][2];
+		auto ld_w = [&](uint4 (&s2)[2], uint2 (&c2)[2], int32_t j) {
+			const int32_t kb = kb_lo + j;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				if (j < nkb && kb * 64 + 16 * t < K32) {
+					s2[h] = ld_stream16(smr[h] + kb * 64);
+					c2[h] = ld_stream8(cdr[h] + kb * 32);
+				} else {
+					s2[h] = make_uint4(0, 0, 0, 0);
+					c2[h] = make_uint2(0, 0);
+				}
+			}
+		};
+#pragma unroll
+		for (int u = 0; u < U; u++) ld_w(ws[u], wc[u], c + u * KG);
+		for (int32_t j0 = c; j0 < nkb; j0 += U * KG) {
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int32_t j = j0 + u * KG;
+				if (j >= nkb) break;
+				const int stage = j % S;
+				uint32_t A[2][8];
+				decode16<SAFE>(ws[u][0], wc[u][0], B4, A[0]);
+				decode16<SAFE>(ws[u][1], wc[u][1], B4, A[1]);
+				ld_w(ws[u], wc[u], j + U * KG);
+				bar_sync(1 + stage, BAR); // FULL: block j's activations are staged
+				wgmma_fence();
+				const uint64_t desc = (uint64_t)(((ring_s + stage * STAGE) & 0x3FFFF) >> 4) |
+				                      ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32);
+#pragma unroll
+				for (int s = 0; s < 4; s++)
+					wgmma_rs<TB>(acc[0], A[0][2 * s], A[1][2 * s], A[0][2 * s + 1], A[1][2 * s + 1],
+					             desc + (uint64_t)(2 * s * 128 >> 4));
+				wgmma_commit();
+				wgmma_wait<0>();
+				if (j + S < nkb) bar_arrive(1 + S + stage, BAR); // EMPTY, when the producer waits for it
+			}
+		}
+		// The accumulators are final only after the wait: keep the compiler
+		// from reading them earlier.
+#pragma unroll
+		for (int j = 0; j < NT; j++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[0][j][i])::"memory");
+	}
+	__syncthreads(); // the epilogue's tree and tile overlay the stages
+	block_epilogue<1, NT, 4, KG, SAFE>(p, (float *)ring, srows, acc, n0, m0, blockIdx.z);
+#else
+	__trap(); // the host picks these kernels on sm_90 only
+#endif
+}
+
+#define GLYD_LINW(TB, KG, S, U, PW)                                                                   \
+	extern "C" __global__ void __launch_bounds__(128 * KG + 32 * PW)                                   \
+	    glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW(const glyd_kparams p) {                            \
+		extern __shared__ float smem[];                                                              \
+		linear_f12_wgmma<TB, KG, S, U, PW, false>(p, smem);                                          \
+	}                                                                                                  \
+	extern "C" __global__ void __launch_bounds__(128 * KG + 32 * PW)                                   \
+	    glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW##_safe(const glyd_kparams p) {                     \
+		extern __shared__ float smem[];                                                              \
+		linear_f12_wgmma<TB, KG, S, U, PW, true>(p, smem);                                           \
+	}
+
+GLYD_LINW(16, 1, 4, 2, 2)
+GLYD_LINW(16, 1, 4, 4, 2)
+GLYD_LINW(16, 2, 4, 2, 2)
+GLYD_LINW(16, 2, 6, 2, 2)
+GLYD_LINW(16, 2, 4, 4, 4)
+GLYD_LINW(32, 1, 4, 2, 2)
+GLYD_LINW(32, 2, 4, 2, 2)
+GLYD_LINW(32, 2, 6, 2, 2)
+GLYD_LINW(32, 2, 4, 2, 4)
+GLYD_LINW(64, 1, 4, 2, 4)
+GLYD_LINW(64, 1, 4, 4, 4)
+GLYD_LINW(64, 1, 4, 2, 2)
+GLYD_LINW(64, 1, 4, 4, 2)
+GLYD_LINW(64, 2, 4, 2, 4)
+GLYD_LINW(64, 2, 6, 2, 2)
+GLYD_LINW(128, 1, 4, 2, 4)
+GLYD_LINW(128, 2, 4, 2, 4)
 
 #define GLYD_LINA(MT, NT, WK, ST, MINB)                                                                \
 	extern "C" __global__ void __launch_bounds__(32 * WK, MINB) glyd_lin_f12a_m##MT##n##NT##k##WK##s##ST( \

@@ -28,7 +28,7 @@ enum {
 };
 
 #define GLYD_MAX_DEVICES 64
-#define GLYD_MAX_KERNELS 96
+#define GLYD_MAX_KERNELS 128
 #define GLYD_ERRLEN 256
 
 typedef struct glyd_devinfo {

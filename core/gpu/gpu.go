@@ -167,6 +167,9 @@ const (
 	// then the grouped ones of moe.go (kGroupedFirst)
 )
 
+// maxKernels is how many kernels the driver layer resolves per module.
+const maxKernels = C.GLYD_MAX_KERNELS
+
 // kGroupedFirst is the index of the first grouped configuration's kernel.
 var kGroupedFirst = kLinFirst + 2*len(linConfigs)
 
@@ -234,6 +237,10 @@ func load(dev int) (*device, error) {
 	})
 	return d, d.err
 }
+
+// hopper reports an sm_90 GPU (H100, H200): the fatbin's sm_90a image has
+// the wgmma kernels.
+func (d *device) hopper() bool { return d.info.Major == 9 && d.info.Minor == 0 }
 
 // launch runs kernel k on the caller's stream.
 func launch(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams) error {

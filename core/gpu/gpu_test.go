@@ -73,13 +73,26 @@ func TestConfigTable(t *testing.T) {
 		if c.smem() > maxDynSmem {
 			t.Fatalf("%s needs %d bytes of shared memory > %d", c.name(), c.smem(), maxDynSmem)
 		}
-		if c.threads() > 1024 || c.WK&(c.WK-1) != 0 {
+		if c.threads() > 1024 || c.threads()%32 != 0 || c.WK&(c.WK-1) != 0 {
 			t.Fatalf("%s: bad block", c.name())
 		}
 	}
-	for _, r := range []int64{1, 8, 9, 64, 128, 129, 300, 2048} {
-		if i := pickConfig(r, 4096); i < 0 || i >= len(linConfigs) {
-			t.Fatalf("rows %d -> config %d", r, i)
+	if c := linConfigs[firstWgmma]; c.name() != "glyd_lin_f12w_t16k1s4u2p2" {
+		t.Fatalf("firstWgmma names %s", c.name())
+	}
+	for _, hopper := range []bool{false, true} {
+		for _, r := range []int64{1, 8, 9, 16, 17, 64, 65, 128, 129, 300, 2048} {
+			i := pickConfig(r, 4096, hopper)
+			if i < 0 || i >= len(linConfigs) {
+				t.Fatalf("rows %d -> config %d", r, i)
+			}
+			c := linConfigs[i]
+			if (c.Kind == linWgmma) != (hopper && r > 8) {
+				t.Fatalf("rows %d hopper %v -> %s", r, hopper, c.name())
+			}
+			if int64(c.tokens()) > max(8, 2*r) {
+				t.Fatalf("rows %d -> %s: token tile more than twice the tokens", r, c.name())
+			}
 		}
 	}
 }

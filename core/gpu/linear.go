@@ -20,10 +20,23 @@ import (
 // Async configurations (glyd_lin_f12a_*) stream the weights through a
 // shared-memory ring of U stages with cp.async and are persistent (grid y
 // capped at what fits on the GPU at once); WN is 1.
+//
+// Warpgroup configurations (glyd_lin_f12w_t{tokens}k{WK}s{S}u{U}p{PW}, sm_90
+// only) multiply with wgmma: 64 rows per block, WK consumer warpgroups of
+// WN = 4 warps splitting K, U k-blocks of weights in flight per lane, PW
+// producer warps staging the activations in S stages.
 
 type linConfig struct {
 	MT, NT, WN, WK, U int
 	Kind              linKind
+	S, PW             int // warpgroup configurations: activation stages, producer warps
+}
+
+// wgConfig is the warpgroup configuration of tb tokens, kg consumer
+// warpgroups splitting K, s activation stages, u k-blocks of weights in
+// flight per lane and pw producer warps.
+func wgConfig(tb, kg, s, u, pw int) linConfig {
+	return linConfig{MT: 1, NT: tb / 8, WN: 4, WK: kg, U: u, Kind: linWgmma, S: s, PW: pw}
 }
 
 type linKind int
@@ -31,24 +44,34 @@ type linKind int
 const (
 	linRegs  linKind = iota // glyd_lin_f12_*: weights pipelined in registers
 	linAsync                // glyd_lin_f12a_*
+	linWgmma                // glyd_lin_f12w_*: sm_90 (Hopper) only
 )
 
 func (c linConfig) name() string {
 	switch c.Kind {
 	case linAsync:
 		return fmt.Sprintf("glyd_lin_f12a_m%dn%dk%ds%d", c.MT, c.NT, c.WK, c.U)
+	case linWgmma:
+		return fmt.Sprintf("glyd_lin_f12w_t%dk%ds%du%dp%d", c.tokens(), c.WK, c.S, c.U, c.PW)
 	}
 	return fmt.Sprintf("glyd_lin_f12_m%dn%dw%dk%du%d", c.MT, c.NT, c.WN, c.WK, c.U)
 }
-func (c linConfig) rows() int    { return 16 * c.MT * c.WN } // weight rows per block
-func (c linConfig) tokens() int  { return 8 * c.NT }         // tokens per block
-func (c linConfig) threads() int { return 32 * c.WN * c.WK }
+func (c linConfig) rows() int   { return 16 * c.MT * c.WN } // weight rows per block
+func (c linConfig) tokens() int { return 8 * c.NT }         // tokens per block
+func (c linConfig) threads() int {
+	return 32*c.WN*c.WK + 32*c.PW
+}
 
 // smem is the dynamic shared memory of a block, as the kernel lays it out.
 func (c linConfig) smem() int {
-	srows := ((c.rows() + 1 + 3) &^ 3) * 4
 	tile := c.tokens() * (c.rows() + 1) * 4
 	tree := (c.WK / 2) * c.rows() * c.tokens() * 4
+	if c.Kind == linWgmma {
+		// escape ranges padded to 128 bytes, then the activation stages of
+		// 64 k x tokens bf16, overlaid by the epilogue at the end
+		return ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
+	}
+	srows := ((c.rows() + 1 + 3) &^ 3) * 4
 	ring := 0
 	if c.Kind == linAsync {
 		ring = c.WK * c.U * c.MT * 2 * 32 * 24
@@ -66,29 +89,50 @@ func (c linConfig) smem() int {
 //     is split over blocks (grid z) when that leaves too few blocks;
 //   - prompts: the tensor cores bound; 128..256 rows x 64..128 tokens tiles.
 var linConfigs = []linConfig{
-	{1, 1, 1, 8, 2, linRegs},
-	{1, 1, 1, 8, 1, linRegs},
-	{1, 2, 1, 8, 2, linRegs},
-	{1, 4, 2, 4, 1, linRegs},
-	{1, 8, 4, 2, 1, linRegs},
-	{1, 8, 8, 1, 1, linRegs},
-	{1, 16, 8, 1, 1, linRegs},
-	{2, 8, 8, 1, 1, linRegs},
-	{2, 16, 4, 1, 1, linRegs},
-	{1, 1, 1, 8, 4, linAsync},
-	{1, 1, 1, 8, 8, linAsync},
-	{1, 2, 1, 8, 4, linAsync},
-	{2, 1, 1, 8, 4, linAsync},
-	{1, 1, 1, 4, 8, linAsync},
-	{1, 2, 1, 8, 1, linRegs},
-	{1, 2, 2, 4, 1, linRegs},
-	{1, 8, 2, 4, 1, linRegs},
-	{2, 4, 1, 8, 1, linRegs},
-	{2, 8, 2, 4, 1, linRegs},
-	{1, 16, 2, 4, 1, linRegs},
-	{1, 1, 1, 16, 1, linRegs},
-	{1, 1, 1, 16, 2, linRegs},
+	{1, 1, 1, 8, 2, linRegs, 0, 0},
+	{1, 1, 1, 8, 1, linRegs, 0, 0},
+	{1, 2, 1, 8, 2, linRegs, 0, 0},
+	{1, 4, 2, 4, 1, linRegs, 0, 0},
+	{1, 8, 4, 2, 1, linRegs, 0, 0},
+	{1, 8, 8, 1, 1, linRegs, 0, 0},
+	{1, 16, 8, 1, 1, linRegs, 0, 0},
+	{2, 8, 8, 1, 1, linRegs, 0, 0},
+	{2, 16, 4, 1, 1, linRegs, 0, 0},
+	{1, 1, 1, 8, 4, linAsync, 0, 0},
+	{1, 1, 1, 8, 8, linAsync, 0, 0},
+	{1, 2, 1, 8, 4, linAsync, 0, 0},
+	{2, 1, 1, 8, 4, linAsync, 0, 0},
+	{1, 1, 1, 4, 8, linAsync, 0, 0},
+	{1, 2, 1, 8, 1, linRegs, 0, 0},
+	{1, 2, 2, 4, 1, linRegs, 0, 0},
+	{1, 8, 2, 4, 1, linRegs, 0, 0},
+	{2, 4, 1, 8, 1, linRegs, 0, 0},
+	{2, 8, 2, 4, 1, linRegs, 0, 0},
+	{1, 16, 2, 4, 1, linRegs, 0, 0},
+	{1, 1, 1, 16, 1, linRegs, 0, 0},
+	{1, 1, 1, 16, 2, linRegs, 0, 0},
+	wgConfig(16, 1, 4, 2, 2), // 22
+	wgConfig(16, 1, 4, 4, 2),
+	wgConfig(16, 2, 4, 2, 2),
+	wgConfig(16, 2, 6, 2, 2),
+	wgConfig(16, 2, 4, 4, 4),
+	wgConfig(32, 1, 4, 2, 2), // 27
+	wgConfig(32, 2, 4, 2, 2),
+	wgConfig(32, 2, 6, 2, 2),
+	wgConfig(32, 2, 4, 2, 4),
+	wgConfig(64, 1, 4, 2, 4), // 31
+	wgConfig(64, 1, 4, 4, 4),
+	wgConfig(64, 2, 4, 2, 4),
+	wgConfig(64, 2, 6, 2, 2),
+	wgConfig(128, 1, 4, 2, 4), // 35
+	wgConfig(128, 2, 4, 2, 4),
+	wgConfig(64, 1, 4, 2, 2), // 37
+	wgConfig(64, 1, 4, 4, 2),
 }
+
+// firstWgmma is the index in linConfigs of the first warpgroup configuration
+// (t16k1s4u2p2); pickConfig counts from it.
+const firstWgmma = 22
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
 // rows. From the configuration sweeps on the H200 (docs/PERFORMANCE.md): at
@@ -99,9 +143,23 @@ var linConfigs = []linConfig{
 // blocks); from 17 tokens the session-3 sweep
 // (all linears of 12 Qwen3-8B layers) picks m2n4w1k8u1 to 32 tokens, then
 // m1n8w2k4u1, and m1n8w4k2u1 beyond 64 (2x faster than m2n16w4k1u1 at 128).
-func pickConfig(rows, n int64) int {
+//
+// On sm_90 (hopper) from 9 tokens on, the wgmma kernels (session 4 sweep:
+// t16k1s4u4p2 to 16 tokens, t32k1s4u2p2 to 32, t64k1s4u4p4 beyond, in
+// token tiles of 64).
+func pickConfig(rows, n int64, hopper bool) int {
 	if f := forced.Load(); f > 0 {
 		return int(f - 1)
+	}
+	if hopper && rows > 8 {
+		switch {
+		case rows <= 16:
+			return firstWgmma + 1 // t16k1s4u4p2
+		case rows <= 32:
+			return firstWgmma + 5 // t32k1s4u2p2
+		default:
+			return firstWgmma + 10 // t64k1s4u4p4
+		}
 	}
 	switch {
 	case rows <= 8:
@@ -127,10 +185,23 @@ func pickConfig(rows, n int64) int {
 const splitTarget = 264
 
 // splits returns how many blocks share the K of one output tile.
-func (c linConfig) splits(n, k, rows int64) int64 {
+//
+// Warpgroup configurations run one long block per 64-row tile; a second
+// wave of blocks would double the time, so they split K until the blocks
+// fill every resident slot of the GPU (slots = blocks per SM x SMs; 0 = not
+// known, the bound: as many splits as allowed). Their result bits thus depend
+// on the GPU model (deterministic on each).
+func (c linConfig) splits(n, k, rows int64, slots int) int64 {
 	ctas := ((n + int64(c.rows()) - 1) / int64(c.rows())) * ((rows + int64(c.tokens()) - 1) / int64(c.tokens()))
 	maxs := ((k + 63) / 64) / int64(2*c.WK) // each warp keeps >= 2 k-blocks
-	return max(1, min(splitTarget/ctas, maxs, 8))
+	target := int64(splitTarget)
+	if c.Kind == linWgmma {
+		target = int64(slots)
+		if slots == 0 {
+			target = ctas * 8
+		}
+	}
+	return max(1, min(target/ctas, maxs, 8))
 }
 
 // escapeExponent is the exponent the fast decode gives an escaped weight (code
@@ -187,12 +258,17 @@ func ConfigNames() []string {
 	return names
 }
 
-// ConfigFor names the kernel Linear would run for w and rows tokens.
-func ConfigFor(w *DeviceTensor, rows int) string {
+// ConfigFor names the kernel Linear would run on device dev for w and rows
+// tokens.
+func ConfigFor(dev int, w *DeviceTensor, rows int) (string, error) {
 	if fast, _ := fastPath(w, 0); !fast || forced.Load() < 0 {
-		return "glyd_lin_f12_generic"
+		return "glyd_lin_f12_generic", nil
 	}
-	return linConfigs[pickConfig(int64(rows), w.Shape[0])].name()
+	d, err := load(dev)
+	if err != nil {
+		return "", err
+	}
+	return linConfigs[pickConfig(int64(rows), w.Shape[0], d.hopper())].name(), nil
 }
 
 func fastPath(w *DeviceTensor, x uintptr) (bool, int64) {
@@ -205,6 +281,8 @@ func fastPath(w *DeviceTensor, x uintptr) (bool, int64) {
 
 // LinearWorkspaceBound returns the workspace Linear needs for w and rows
 // tokens, in bytes: the fp32 partial sums when K is split over blocks, else 0.
+// It does not depend on the device: the larger of the Hopper and the other
+// choice.
 func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
 	if err := w.validate(); err != nil {
 		return 0, err
@@ -216,11 +294,14 @@ func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
 	if k%16 != 0 || forced.Load() < 0 {
 		return 0, nil
 	}
-	c := linConfigs[pickConfig(int64(rows), n)]
-	if s := c.splits(n, k, int64(rows)); s > 1 {
-		return uint64(s) * uint64(rows) * uint64(n) * 4, nil
+	var need uint64
+	for _, hopper := range []bool{false, true} {
+		c := linConfigs[pickConfig(int64(rows), n, hopper)]
+		if s := c.splits(n, k, int64(rows), 0); s > 1 {
+			need = max(need, uint64(s)*uint64(rows)*uint64(n)*4)
+		}
 	}
-	return 0, nil
+	return need, nil
 }
 
 // Linear computes y = x·Wᵀ (+ bias) on the caller's stream, decoding W inside
@@ -279,8 +360,11 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		p.ebase = 0
 		return launch(dev, kLinGeneric, uint32((int64(rows)+7)/8), uint32(gy), 1, 128, 0, stream, &p)
 	}
-	ci := pickConfig(int64(rows), n)
+	ci := pickConfig(int64(rows), n, d.hopper())
 	c := linConfigs[ci]
+	if c.Kind == linWgmma && !d.hopper() {
+		return status.Errorf(status.Unsupported, "gpu: %s needs an sm_90 GPU; %s is %d.%d", c.name(), d.info.Name, d.info.Major, d.info.Minor)
+	}
 	gy := (n + int64(c.rows()) - 1) / int64(c.rows())
 	gx := (int64(rows) + int64(c.tokens()) - 1) / int64(c.tokens())
 	if gy > 65535 || gx > 1<<31-1 {
@@ -291,7 +375,7 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 	if p.ebase == 0 {
 		kidx++ // the _safe kernel
 	}
-	s := c.splits(n, k, int64(rows))
+	s := c.splits(n, k, int64(rows), d.occ[ci]*d.info.SMs)
 	if s > 1 {
 		need := uint64(s) * uint64(rows) * uint64(n) * 4
 		if workspace == 0 || wsBytes < need {

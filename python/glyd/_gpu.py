@@ -101,7 +101,7 @@ _SIGNATURES = {
     "glyd_gpu_build_escape_index": (c_int, [c_int, c_void_p, _T, c_void_p, c_size_t]),
     "glyd_gpu_linear_workspace_bound": (c_int, [_T, c_int64, POINTER(c_size_t)]),
     "glyd_gpu_linear": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_void_p, c_void_p, c_void_p, c_size_t]),
-    "glyd_gpu_linear_kernel": (c_int, [_T, c_int64, POINTER(c_char_p)]),
+    "glyd_gpu_linear_kernel": (c_int, [c_int, _T, c_int64, POINTER(c_char_p)]),
     "glyd_gpu_force_kernel": (c_int, [c_char_p]),
     "glyd_gpu_linear_configs": (c_int, [POINTER(c_char_p)]),
     "glyd_gpu_pack_workspace_bytes": (c_int, [c_int, c_int, POINTER(c_int64), c_size_t, c_int64, POINTER(c_size_t)]),
@@ -466,7 +466,7 @@ def _numel(shape) -> int:
 def linear_kernel(w: DeviceTensor, rows: int) -> str:
     """Name of the kernel DeviceTensor.linear runs for `rows` rows."""
     s = c_char_p()
-    _lib.check(_gpu().glyd_gpu_linear_kernel(ctypes.byref(w._c), rows, ctypes.byref(s)))
+    _lib.check(_gpu().glyd_gpu_linear_kernel(w.device.index, ctypes.byref(w._c), rows, ctypes.byref(s)))
     return s.value.decode()
 
 

@@ -485,7 +485,7 @@ def test_linear_configs_are_forceable():
 
     names = _gpu.linear_configs()
     assert len(names) == len(set(names)) >= 20
-    assert {n[:13] for n in names} == {"glyd_lin_f12_", "glyd_lin_f12a"}
+    assert {n[:13] for n in names} == {"glyd_lin_f12_", "glyd_lin_f12a", "glyd_lin_f12w"}
     try:
         for n in names + ["generic"]:
             _gpu.force_kernel(n)

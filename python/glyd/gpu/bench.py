@@ -325,7 +325,7 @@ def table1(args, rep):
 def _sweep(args, rep, sets):
     from .._gpu import force_kernel
 
-    names = _kernel_names()
+    names = _kernel_names(args)
     rows, res = [], []
     for t in _ints(args.sweep):
         row = []
@@ -348,7 +348,7 @@ def _sweep(args, rep, sets):
 def _sweep_shapes(args, rep, sets):
     from .._gpu import force_kernel
 
-    names = _kernel_names()
+    names = _kernel_names(args)
     rows, res = [], []
     for t in _ints(args.sweep_shapes):
         for sh in sets:
@@ -374,7 +374,7 @@ def _sweep_shapes(args, rep, sets):
 
 
 def _short(n):
-    return n.replace("glyd_lin_f12_", "").replace("glyd_lin_f12a_", "a:")
+    return n.replace("glyd_lin_f12_", "").replace("glyd_lin_f12a_", "a:").replace("glyd_lin_f12w_", "wg:")
 
 
 # ---- table 4 -----------------------------------------------------------------------------------------
@@ -789,6 +789,9 @@ def parse_args(argv=None):
                          "them (default: glyd._gpu.PROMPT_TILE_MB, i.e. GLYD_PROMPT_TILE_MB or 256)")
     ap.add_argument("--sweep", default="", help="token counts for the configuration sweep")
     ap.add_argument("--sweep-shapes", default="", help="token counts for a per-shape configuration sweep")
+    ap.add_argument("--sweep-configs", default="",
+                    help="sweeps: only configurations whose name contains one of these strings (comma-separated; "
+                         "default all)")
     ap.add_argument("--decode", action="store_true", help="same as adding 4 to --tables (kept for old commands)")
     ap.add_argument("--decode-layers", type=int, default=8, help="table 4: layers per shape for the other layouts")
     ap.add_argument("--layouts", default="fixed12,smallest", help="tables 4 and 6")
@@ -904,11 +907,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def _kernel_names():
-    """The fused configurations compiled into this build."""
+def _kernel_names(args):
+    """The fused configurations compiled into this build (those --sweep-configs selects)."""
     from .._gpu import linear_configs
 
-    return linear_configs()
+    want = _strs(args.sweep_configs)
+    return [n for n in linear_configs() if not want or any(w in n for w in want)]
 
 
 if __name__ == "__main__":
