@@ -81,18 +81,3 @@ __device__ __forceinline__ float bf16_to_f32(uint32_t bits16) {
 	return __uint_as_float(bits16 << 16);
 }
 
-// Asynchronous copies global -> shared (sm_80+): the weights land in a
-// shared-memory ring without holding registers while in flight, so a warp can
-// keep many k-blocks in flight at full occupancy. .cg (16 bytes) bypasses L1;
-// 8-byte copies need .ca.
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-	const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-	asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async8(void *smem, const void *gmem) {
-	const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-	asm volatile("cp.async.ca.shared.global.L2::256B [%0], [%1], 8;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }

@@ -357,130 +357,6 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce(const glyd_kpa
 	((uint16_t *)p.y)[i] = finish(p, m, n, v, e0, e1);
 }
 
-// Few tokens: async-pipelined and persistent. Each warp streams its k-blocks
-// through a shared-memory ring of ST slots with cp.async (ST-1 blocks in
-// flight per warp without holding registers, so occupancy stays high), and the
-// block walks over row tiles blockIdx.y, +gridDim.y, ... with the first
-// blocks of the next tile already in flight during the epilogue of the
-// current one. WN = 1: the block owns 16*MT rows; its WK warps split K.
-// Shared memory: align4(ROWS+1) + max(tree, tile) floats, then the ring:
-// WK * ST * MT*2 * 32 * 24 bytes.
-template <int MT, int NT, int WK, int ST, bool SAFE>
-__device__ __forceinline__ void linear_f12_async(const glyd_kparams &p, float *smem) {
-	constexpr int ROWS = 16 * MT, TB = 8 * NT;
-	constexpr int RED = (WK / 2) * ROWS * TB > TB * (ROWS + 1) ? (WK / 2) * ROWS * TB : TB * (ROWS + 1);
-	constexpr int SROWS = (ROWS + 1 + 3) & ~3;
-	const int lane = threadIdx.x & 31, wk = threadIdx.x >> 5;
-	const int g = lane >> 2, t = lane & 3;
-	const int64_t N = p.N, K = p.K, R = p.rows;
-	const int64_t m0 = (int64_t)blockIdx.x * TB;
-	const int64_t KB = (K + 63) >> 6;
-	const int64_t kb_lo = KB * blockIdx.z / p.splits, kb_hi = KB * (blockIdx.z + 1) / p.splits;
-	const int64_t nblk = kb_hi - kb_lo > wk ? (kb_hi - kb_lo - wk + WK - 1) / WK : 0;
-	const int64_t tiles = (N + ROWS - 1) / ROWS;
-	const int64_t ntile = tiles > (int64_t)blockIdx.y ? (tiles - blockIdx.y + gridDim.y - 1) / gridDim.y : 0;
-	const int64_t items = ntile * nblk;
-	const uint8_t *sm = (const uint8_t *)p.sm;
-	const uint8_t *code = (const uint8_t *)p.code;
-	const uint16_t *x = (const uint16_t *)p.x;
-	const uint32_t B4 = p.base * 0x01010101u;
-	uint32_t *srows = (uint32_t *)smem;
-	float *red = smem + SROWS;
-	uint4 *ring_s = (uint4 *)(smem + SROWS + RED) + (size_t)wk * ST * MT * 2 * 32;
-	uint2 *ring_c = (uint2 *)((uint4 *)(smem + SROWS + RED) + (size_t)WK * ST * MT * 2 * 32) +
-	                (size_t)wk * ST * MT * 2 * 32;
-
-	auto issue = [&](int64_t j) {
-		if (j < items) {
-			const int64_t ty = blockIdx.y + (j / nblk) * gridDim.y;
-			const int64_t kb = kb_lo + wk + (j % nblk) * WK;
-			const int64_t k = kb * 64 + 16 * t;
-			const int slot = (int)(j % ST);
-			if (k < K) {
-#pragma unroll
-				for (int r = 0; r < MT * 2; r++) {
-					int64_t n = ty * ROWS + (r >> 1) * 16 + g + 8 * (r & 1);
-					if (n >= N) n = N - 1;
-					cp_async16(ring_s + (slot * MT * 2 + r) * 32 + lane, sm + n * K + k);
-					cp_async8(ring_c + (slot * MT * 2 + r) * 32 + lane, code + n * K / 2 + k / 2);
-				}
-			}
-		}
-		cp_async_commit();
-	};
-
-	const uint16_t *xr[NT];
-	bool xok[NT];
-#pragma unroll
-	for (int nt = 0; nt < NT; nt++) {
-		const int64_t m = m0 + nt * 8 + g;
-		xok[nt] = m < R;
-		xr[nt] = x + (xok[nt] ? m : 0) * K;
-	}
-#pragma unroll
-	for (int q = 0; q < ST - 1; q++) issue(q);
-
-	int64_t j = 0;
-	for (int64_t it = 0; it < ntile; it++) {
-		const int64_t n0 = ((int64_t)blockIdx.y + it * gridDim.y) * ROWS;
-		// escape ranges of this tile's rows: loaded now, stored before the epilogue
-		uint32_t rv = 0;
-		const bool want = p.escrows && p.splits == 1 && (int)threadIdx.x <= ROWS;
-		if (want) rv = ld_u32((const uint32_t *)p.escrows + (n0 + threadIdx.x < N ? n0 + threadIdx.x : N));
-		float acc[MT][NT][4];
-#pragma unroll
-		for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-			for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-				for (int i = 0; i < 4; i++) acc[mt][nt][i] = 0.f;
-		for (int64_t b = 0; b < nblk; b++, j++) {
-			issue(j + ST - 1);
-			cp_async_wait<ST - 1>();
-			const int64_t k = (kb_lo + wk + b * WK) * 64 + 16 * t;
-			const bool ok = k < K;
-			const int slot = (int)(j % ST);
-			uint32_t A[MT][2][8];
-#pragma unroll
-			for (int r = 0; r < MT * 2; r++) {
-				uint4 sv = make_uint4(0, 0, 0, 0);
-				uint2 cv = make_uint2(0, 0);
-				if (ok) {
-					sv = ring_s[(slot * MT * 2 + r) * 32 + lane];
-					cv = ring_c[(slot * MT * 2 + r) * 32 + lane];
-				}
-				decode16<SAFE>(sv, cv, B4, A[r >> 1][r & 1]);
-			}
-#pragma unroll
-			for (int nt = 0; nt < NT; nt++) {
-				uint4 xa = make_uint4(0, 0, 0, 0), xb = make_uint4(0, 0, 0, 0);
-				if (ok && xok[nt]) {
-					xa = ld_act16(xr[nt] + k);
-					xb = ld_act16(xr[nt] + k + 8);
-				}
-				uint32_t XB[8];
-				XB[0] = __byte_perm(xa.x, xa.z, 0x5410);
-				XB[1] = __byte_perm(xa.y, xa.w, 0x5410);
-				XB[2] = __byte_perm(xa.x, xa.z, 0x7632);
-				XB[3] = __byte_perm(xa.y, xa.w, 0x7632);
-				XB[4] = __byte_perm(xb.x, xb.z, 0x5410);
-				XB[5] = __byte_perm(xb.y, xb.w, 0x5410);
-				XB[6] = __byte_perm(xb.x, xb.z, 0x7632);
-				XB[7] = __byte_perm(xb.y, xb.w, 0x7632);
-#pragma unroll
-				for (int s2 = 0; s2 < 4; s2++)
-#pragma unroll
-					for (int mt = 0; mt < MT; mt++)
-						mma16816(acc[mt][nt], A[mt][0][2 * s2], A[mt][1][2 * s2], A[mt][0][2 * s2 + 1],
-						         A[mt][1][2 * s2 + 1], XB[2 * s2], XB[2 * s2 + 1]);
-			}
-		}
-		if (want) srows[threadIdx.x] = rv;
-		block_epilogue<MT, NT, 1, WK, SAFE>(p, red, srows, acc, n0, m0, blockIdx.z);
-	}
-	cp_async_wait<0>();
-}
-
 // Hopper (sm_90a): the same decode feeding wgmma. y^T = W * x^T with the
 // weights as wgmma's A operand from registers: a block owns 64 weight rows;
 // warp w of a consumer warpgroup decodes rows 16w..16w+15 (the fragments of
@@ -669,41 +545,15 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 GLYD_LINW(16, 1, 4, 2, 2)
 GLYD_LINW(16, 1, 4, 4, 2)
 GLYD_LINW(16, 2, 4, 2, 2)
-GLYD_LINW(16, 2, 6, 2, 2)
-GLYD_LINW(16, 2, 4, 4, 4)
 GLYD_LINW(32, 1, 4, 2, 2)
 GLYD_LINW(32, 2, 4, 2, 2)
-GLYD_LINW(32, 2, 6, 2, 2)
-GLYD_LINW(32, 2, 4, 2, 4)
-GLYD_LINW(64, 1, 4, 2, 4)
-GLYD_LINW(64, 1, 4, 4, 4)
 GLYD_LINW(64, 1, 4, 2, 2)
-GLYD_LINW(64, 1, 4, 4, 2)
+GLYD_LINW(64, 1, 4, 4, 4)
+GLYD_LINW(64, 1, 4, 2, 4)
 GLYD_LINW(64, 2, 4, 2, 4)
 GLYD_LINW(64, 2, 6, 2, 2)
 GLYD_LINW(128, 1, 4, 2, 4)
 GLYD_LINW(128, 2, 4, 2, 4)
-
-#define GLYD_LINA(MT, NT, WK, ST, MINB)                                                                \
-	extern "C" __global__ void __launch_bounds__(32 * WK, MINB) glyd_lin_f12a_m##MT##n##NT##k##WK##s##ST( \
-	    const glyd_kparams p) {                                                                        \
-		extern __shared__ float smem[];                                                             \
-		linear_f12_async<MT, NT, WK, ST, false>(p, smem);                                            \
-	}                                                                                                 \
-	extern "C" __global__ void __launch_bounds__(32 * WK, MINB)                                      \
-	    glyd_lin_f12a_m##MT##n##NT##k##WK##s##ST##_safe(                                              \
-	    const glyd_kparams p) {                                                                        \
-		extern __shared__ float smem[];                                                             \
-		linear_f12_async<MT, NT, WK, ST, true>(p, smem);                                             \
-	}
-
-// (MT, NT, WK, ST, min blocks per SM: registers capped so that many blocks
-// fit, each with (ST-1) k-blocks in flight per warp)
-GLYD_LINA(1, 1, 8, 4, 4)
-GLYD_LINA(1, 1, 8, 8, 2)
-GLYD_LINA(1, 2, 8, 4, 4)
-GLYD_LINA(2, 1, 8, 4, 2)
-GLYD_LINA(1, 1, 4, 8, 4)
 
 #define GLYD_LIN(MT, NT, WN, WK, U)                                                                   \
 	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
@@ -719,23 +569,12 @@ GLYD_LINA(1, 1, 4, 8, 4)
 
 // The configurations the host may pick (core/gpu/linear.go holds the table and
 // the reason for each). Names are looked up at module load.
-GLYD_LIN(1, 1, 1, 8, 2)
 GLYD_LIN(1, 1, 1, 8, 1)
-GLYD_LIN(1, 2, 1, 8, 2)
-GLYD_LIN(1, 4, 2, 4, 1)
-GLYD_LIN(1, 8, 4, 2, 1)
-GLYD_LIN(1, 8, 8, 1, 1)
-GLYD_LIN(1, 16, 8, 1, 1)
-GLYD_LIN(2, 8, 8, 1, 1)
-GLYD_LIN(2, 16, 4, 1, 1)
-GLYD_LIN(1, 2, 1, 8, 1)
-GLYD_LIN(1, 2, 2, 4, 1)
-GLYD_LIN(1, 8, 2, 4, 1)
-GLYD_LIN(2, 4, 1, 8, 1)
-GLYD_LIN(2, 8, 2, 4, 1)
-GLYD_LIN(1, 16, 2, 4, 1)
 GLYD_LIN(1, 1, 1, 16, 1)
-GLYD_LIN(1, 1, 1, 16, 2)
+GLYD_LIN(1, 2, 1, 8, 1)
+GLYD_LIN(2, 4, 1, 8, 1)
+GLYD_LIN(1, 8, 2, 4, 1)
+GLYD_LIN(1, 8, 4, 2, 1)
 
 extern "C" __global__ void __launch_bounds__(128) glyd_lin_f12_generic(const glyd_kparams p) {
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -77,12 +77,12 @@ func TestConfigTable(t *testing.T) {
 			t.Fatalf("%s: bad block", c.name())
 		}
 	}
-	if c := linConfigs[firstWgmma]; c.name() != "glyd_lin_f12w_t16k1s4u2p2" {
-		t.Fatalf("firstWgmma names %s", c.name())
-	}
 	for _, hopper := range []bool{false, true} {
 		for _, r := range []int64{1, 8, 9, 16, 17, 64, 65, 128, 129, 300, 2048} {
 			i := pickConfig(r, 4096, hopper)
+			if w := pickConfig(r, 24576, hopper); linConfigs[w].Kind != linConfigs[i].Kind {
+				t.Fatalf("rows %d: %s for a wide weight, %s for a narrow one", r, linConfigs[w].name(), linConfigs[i].name())
+			}
 			if i < 0 || i >= len(linConfigs) {
 				t.Fatalf("rows %d -> config %d", r, i)
 			}

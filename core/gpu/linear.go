@@ -17,10 +17,6 @@ import (
 // (kernels/linear.cu): MT m16 weight tiles and NT n8 token tiles per warp,
 // WN warps along the weight rows, WK warps splitting K, U k-blocks in flight.
 //
-// Async configurations (glyd_lin_f12a_*) stream the weights through a
-// shared-memory ring of U stages with cp.async and are persistent (grid y
-// capped at what fits on the GPU at once); WN is 1.
-//
 // Warpgroup configurations (glyd_lin_f12w_t{tokens}k{WK}s{S}u{U}p{PW}, sm_90
 // only) multiply with wgmma: 64 rows per block, WK consumer warpgroups of
 // WN = 4 warps splitting K, U k-blocks of weights in flight per lane, PW
@@ -42,16 +38,12 @@ func wgConfig(tb, kg, s, u, pw int) linConfig {
 type linKind int
 
 const (
-	linRegs  linKind = iota // glyd_lin_f12_*: weights pipelined in registers
-	linAsync                // glyd_lin_f12a_*
+	linRegs  linKind = iota // glyd_lin_f12_*: mma.sync, weights pipelined in registers
 	linWgmma                // glyd_lin_f12w_*: sm_90 (Hopper) only
 )
 
 func (c linConfig) name() string {
-	switch c.Kind {
-	case linAsync:
-		return fmt.Sprintf("glyd_lin_f12a_m%dn%dk%ds%d", c.MT, c.NT, c.WK, c.U)
-	case linWgmma:
+	if c.Kind == linWgmma {
 		return fmt.Sprintf("glyd_lin_f12w_t%dk%ds%du%dp%d", c.tokens(), c.WK, c.S, c.U, c.PW)
 	}
 	return fmt.Sprintf("glyd_lin_f12_m%dn%dw%dk%du%d", c.MT, c.NT, c.WN, c.WK, c.U)
@@ -72,109 +64,80 @@ func (c linConfig) smem() int {
 		return ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
 	}
 	srows := ((c.rows() + 1 + 3) &^ 3) * 4
-	ring := 0
-	if c.Kind == linAsync {
-		ring = c.WK * c.U * c.MT * 2 * 32 * 24
-	}
-	return srows + max(tree, tile) + ring
+	return srows + max(tree, tile)
 }
 
 // linConfigs is the table of configurations compiled into the fatbin (the
-// GLYD_LIN lines of kernels/linear.cu, same order). Why each exists:
-//   - 1..16 tokens: reading the weights is everything. 16 weight rows per
-//     block and 8 warps splitting K give N/16 blocks (>= 256 on real shapes),
-//     each lane with 2*U k-blocks (48 bytes each) in flight;
-//   - 17..128 tokens: the activations are re-read by every block, so blocks
-//     grow to 32..128 rows (x read once per block, shared through L1) and K
-//     is split over blocks (grid z) when that leaves too few blocks;
-//   - prompts: the tensor cores bound; 128..256 rows x 64..128 tokens tiles.
+// GLYD_LIN and GLYD_LINW lines of kernels/linear.cu); pickConfig's choices
+// and a few runners-up kept for sweeps. Why each exists:
+//   - 1..8 tokens: reading the weights is everything. 16 weight rows per
+//     block and 8 or 16 warps splitting K give N/16 blocks, each lane with a
+//     k-block (48 bytes) in flight;
+//   - 9..128 tokens, mma.sync (sm_80..89, sm_100, sm_120): the activations
+//     are re-read by every block, so blocks grow to 32..128 rows;
+//   - 9..128 tokens on sm_90: the wgmma kernel (one instruction per 64 rows x
+//     all tokens x 16 k; kernels/linear.cu) in 16-, 32- and 64-token tiles.
+//
+// Sweeps of the configurations tried and removed: docs/PERFORMANCE.md.
 var linConfigs = []linConfig{
-	{1, 1, 1, 8, 2, linRegs, 0, 0},
-	{1, 1, 1, 8, 1, linRegs, 0, 0},
-	{1, 2, 1, 8, 2, linRegs, 0, 0},
-	{1, 4, 2, 4, 1, linRegs, 0, 0},
-	{1, 8, 4, 2, 1, linRegs, 0, 0},
-	{1, 8, 8, 1, 1, linRegs, 0, 0},
-	{1, 16, 8, 1, 1, linRegs, 0, 0},
-	{2, 8, 8, 1, 1, linRegs, 0, 0},
-	{2, 16, 4, 1, 1, linRegs, 0, 0},
-	{1, 1, 1, 8, 4, linAsync, 0, 0},
-	{1, 1, 1, 8, 8, linAsync, 0, 0},
-	{1, 2, 1, 8, 4, linAsync, 0, 0},
-	{2, 1, 1, 8, 4, linAsync, 0, 0},
-	{1, 1, 1, 4, 8, linAsync, 0, 0},
-	{1, 2, 1, 8, 1, linRegs, 0, 0},
-	{1, 2, 2, 4, 1, linRegs, 0, 0},
-	{1, 8, 2, 4, 1, linRegs, 0, 0},
-	{2, 4, 1, 8, 1, linRegs, 0, 0},
-	{2, 8, 2, 4, 1, linRegs, 0, 0},
-	{1, 16, 2, 4, 1, linRegs, 0, 0},
-	{1, 1, 1, 16, 1, linRegs, 0, 0},
-	{1, 1, 1, 16, 2, linRegs, 0, 0},
-	wgConfig(16, 1, 4, 2, 2), // 22
-	wgConfig(16, 1, 4, 4, 2),
-	wgConfig(16, 2, 4, 2, 2),
-	wgConfig(16, 2, 6, 2, 2),
-	wgConfig(16, 2, 4, 4, 4),
-	wgConfig(32, 1, 4, 2, 2), // 27
-	wgConfig(32, 2, 4, 2, 2),
-	wgConfig(32, 2, 6, 2, 2),
-	wgConfig(32, 2, 4, 2, 4),
-	wgConfig(64, 1, 4, 2, 4), // 31
-	wgConfig(64, 1, 4, 4, 4),
-	wgConfig(64, 2, 4, 2, 4),
-	wgConfig(64, 2, 6, 2, 2),
-	wgConfig(128, 1, 4, 2, 4), // 35
-	wgConfig(128, 2, 4, 2, 4),
-	wgConfig(64, 1, 4, 2, 2), // 37
-	wgConfig(64, 1, 4, 4, 2),
+	{1, 1, 1, 8, 1, linRegs, 0, 0},  // 0
+	{1, 1, 1, 16, 1, linRegs, 0, 0}, // 1
+	{1, 2, 1, 8, 1, linRegs, 0, 0},  // 2
+	{2, 4, 1, 8, 1, linRegs, 0, 0},  // 3
+	{1, 8, 2, 4, 1, linRegs, 0, 0},  // 4
+	{1, 8, 4, 2, 1, linRegs, 0, 0},  // 5
+	wgConfig(16, 1, 4, 2, 2),        // 6
+	wgConfig(16, 1, 4, 4, 2),        // 7
+	wgConfig(16, 2, 4, 2, 2),        // 8
+	wgConfig(32, 1, 4, 2, 2),        // 9
+	wgConfig(32, 2, 4, 2, 2),        // 10
+	wgConfig(64, 1, 4, 2, 2),        // 11
+	wgConfig(64, 1, 4, 4, 4),        // 12
+	wgConfig(64, 1, 4, 2, 4),        // 13
 }
-
-// firstWgmma is the index in linConfigs of the first warpgroup configuration
-// (t16k1s4u2p2); pickConfig counts from it.
-const firstWgmma = 22
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
 // rows. From the configuration sweeps on the H200 (docs/PERFORMANCE.md): at
 // 1-8 tokens, when the 16-row blocks are few (o, down of Qwen3-8B: 256
-// blocks), 16 warps splitting K (twice the warps of u1/u2 in flight: down
+// blocks), 16 warps splitting K (twice the warps of u1 in flight: down
 // 0.295 -> 0.279 ms, o 0.138 -> 0.136 for 12 layers, session 3), else one
 // k-block in flight per lane (u1, higher occupancy; qkv 384, gate_up 1536
-// blocks); from 17 tokens the session-3 sweep
-// (all linears of 12 Qwen3-8B layers) picks m2n4w1k8u1 to 32 tokens, then
-// m1n8w2k4u1, and m1n8w4k2u1 beyond 64 (2x faster than m2n16w4k1u1 at 128).
-//
-// On sm_90 (hopper) from 9 tokens on, the wgmma kernels (session 4 sweep:
-// t16k1s4u4p2 to 16 tokens, t32k1s4u2p2 to 32, t64k1s4u4p4 beyond, in
-// token tiles of 64).
+// blocks). From 9 tokens on sm_90 (hopper) the wgmma kernel (session 4
+// per-shape sweeps): 16-token tiles to 16 tokens; to 32 tokens two
+// warpgroups splitting K unless the weight has >= 264 tiles of 64 rows
+// (gate_up: the blocks already fill the GPU); 64-token tiles beyond, with 3
+// blocks per SM (u2p2) on such wide weights. Elsewhere the session-3 sweep:
+// m1n2w1k8u1 to 16 tokens, m2n4w1k8u1 to 32, m1n8w2k4u1 to 64, m1n8w4k2u1
+// beyond.
 func pickConfig(rows, n int64, hopper bool) int {
 	if f := forced.Load(); f > 0 {
 		return int(f - 1)
 	}
-	if hopper && rows > 8 {
-		switch {
-		case rows <= 16:
-			return firstWgmma + 1 // t16k1s4u4p2
-		case rows <= 32:
-			return firstWgmma + 5 // t32k1s4u2p2
-		default:
-			return firstWgmma + 10 // t64k1s4u4p4
-		}
-	}
+	wide := (n+63)/64 >= splitTarget
 	switch {
 	case rows <= 8:
 		if (n+15)/16 <= splitTarget {
-			return 20 // m1n1w1k16u1
+			return 1 // m1n1w1k16u1
 		}
-		return 1 // m1n1w1k8u1
+		return 0 // m1n1w1k8u1
+	case hopper && rows <= 16:
+		return 7 // t16k1s4u4p2
+	case hopper && rows <= 32 && wide:
+		return 9 // t32k1s4u2p2
+	case hopper && rows <= 32:
+		return 10 // t32k2s4u2p2
+	case hopper && rows <= 64 && wide:
+		return 11 // t64k1s4u2p2
+	case hopper:
+		return 12 // t64k1s4u4p4
 	case rows <= 16:
-		return 14 // m1n2w1k8u1 (1.43 ms; next m1n2w2k4u1 1.53)
+		return 2 // m1n2w1k8u1
 	case rows <= 32:
-		return 17 // m2n4w1k8u1 (2.16 ms; next m1n4w2k4u1 and m1n2w2k4u1 2.31)
+		return 3 // m2n4w1k8u1
 	case rows <= 64:
-		return 16 // m1n8w2k4u1 (2.77 ms; next m2n8w2k4u1 2.98)
+		return 4 // m1n8w2k4u1
 	default:
-		return 4 // m1n8w4k2u1 (128 tokens 4.95 ms; next m1n8w2k4u1 4.97)
+		return 5 // m1n8w4k2u1
 	}
 }
 
@@ -383,16 +346,6 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		}
 		p.splits = C.glyd_u32(s)
 		p.ws = C.glyd_u64(workspace)
-	}
-	if c.Kind == linAsync {
-		// persistent: no more blocks than fit on the GPU at once
-		fit := int64(d.occ[ci]) * int64(d.info.SMs) / (gx * s)
-		if fit < 1 {
-			fit = 1
-		}
-		if gy > fit {
-			gy = fit
-		}
 	}
 	if err := launch(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p); err != nil {
 		return err

@@ -27,10 +27,11 @@ glyd.transformers.gpu_linear):
     H200, L2-sized tiles (12-15 MiB) cost 35-50% more at 512 tokens than one
     whole-weight tile (docs/PERFORMANCE.md). At most one tile of a layer is
     decoded at a time.
-  PROMPT_ROWS is 65 (on the H200, Qwen3-8B shapes: at 64 rows the fused
-  kernel and this path tie, 2.73 vs 2.77x bf16; at 96 the fused kernel takes
-  5.4x, this path ~2.7x); environment GLYD_PROMPT_ROWS, read
-  at import, 0 = never; set_prompt_rows() for benchmarks. GLYD_PROMPT_TILE_MB
+  PROMPT_ROWS is by default 129 on sm_90 GPUs (H100, H200: the wgmma kernel
+  beats this path at 128 rows, 2.36 vs 2.71x bf16 on Qwen3-8B shapes) and 65
+  on the others (the mma.sync kernel and this path tie at 64 rows, 2.73 vs
+  2.77x, measured on the H200); environment GLYD_PROMPT_ROWS, read at import,
+  0 = never; set_prompt_rows() for benchmarks. GLYD_PROMPT_TILE_MB
   / set_prompt_tile_mb() set the tile size.
 """
 
@@ -48,7 +49,7 @@ from . import _lib
 from .errors import InvalidArgumentError
 
 __all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "pack",
-           "pack_planes", "pack_device", "set_prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL", "moe_route",
+           "pack_planes", "pack_device", "set_prompt_rows", "prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL", "moe_route",
            "moe_combine"]
 
 LAYOUT_FIXED12 = 1
@@ -194,14 +195,15 @@ def _env_number(name: str, default, kind, minimum):
             raise ValueError(v)
         return x
     except ValueError:
-        warnings.warn(f"glyd: ignoring {name}={v!r} (want a number >= {minimum}); using {default}", stacklevel=2)
+        warnings.warn(f"glyd: ignoring {name}={v!r} (want a number >= {minimum}); using {'the default' if default is None else default}", stacklevel=2)
         return default
 
 
 #: Rows of x (tokens) from which DeviceTensor.linear takes the prompt path
-#: (decode_rows tiles + cuBLAS) instead of the fused kernel; 0 = never.
-#: Environment GLYD_PROMPT_ROWS (read at import); set_prompt_rows() at run time.
-PROMPT_ROWS: int = _env_number("GLYD_PROMPT_ROWS", 65, int, 0)
+#: (decode_rows tiles + cuBLAS) instead of the fused kernel; 0 = never, None =
+#: the GPU's default (prompt_rows()). Environment GLYD_PROMPT_ROWS (read at
+#: import); set_prompt_rows() at run time.
+PROMPT_ROWS: int | None = _env_number("GLYD_PROMPT_ROWS", None, int, 0)
 #: MiB of bf16 weight rows per tile of the prompt path.
 #: Environment GLYD_PROMPT_TILE_MB; set_prompt_tile_mb().
 PROMPT_TILE_MB: float = _env_number("GLYD_PROMPT_TILE_MB", 256.0, float, 1e-9)
@@ -213,14 +215,23 @@ TILE_ROW_MULTIPLE = 128
 _FORCED = [False]  # force_kernel(name) benchmarks the fused kernel: no prompt path then
 
 
-def set_prompt_rows(rows: int) -> int:
-    """Rows from which linear() takes the prompt path (0 = never). Returns the previous value.
-    For benchmarks and tuning; not thread-safe with concurrent linear() calls."""
+def set_prompt_rows(rows: int | None) -> int | None:
+    """Rows from which linear() takes the prompt path (0 = never, None = the GPU's
+    default). Returns the previous value. For benchmarks and tuning; not
+    thread-safe with concurrent linear() calls."""
     global PROMPT_ROWS
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-        raise InvalidArgumentError(1, f"prompt rows must be an integer >= 0, not {rows!r}")
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
+        raise InvalidArgumentError(1, f"prompt rows must be an integer >= 0 or None, not {rows!r}")
     old, PROMPT_ROWS = PROMPT_ROWS, rows
     return old
+
+
+def prompt_rows(device: "torch.device | int | None" = None) -> int:
+    """The rows from which linear() on `device` takes the prompt path (0 = never):
+    PROMPT_ROWS if set, else 129 on sm_90 GPUs (the wgmma kernel) and 65 on others."""
+    if PROMPT_ROWS is not None:
+        return PROMPT_ROWS
+    return 129 if torch.cuda.get_device_capability(device) == (9, 0) else 65
 
 
 def set_prompt_tile_mb(mb) -> float:
@@ -353,9 +364,9 @@ class DeviceTensor:
 
     def prompt_path(self, rows: int) -> bool:
         """True if linear() of `rows` rows takes the prompt path (decode tiles +
-        cuBLAS): rows >= PROMPT_ROWS > 0, a fixed12 2-D single-group weight, no
+        cuBLAS): rows >= prompt_rows() > 0, a fixed12 2-D single-group weight, no
         forced kernel (force_kernel)."""
-        return 0 < PROMPT_ROWS <= rows and self._tileable and not _FORCED[0]
+        return 0 < prompt_rows(self.device) <= rows and self._tileable and not _FORCED[0]
 
     def tile_rows(self) -> int:
         """Weight rows per tile of the prompt path (at most N)."""

@@ -380,7 +380,9 @@ def test_prompt_settings():
     try:
         assert _gpu.set_prompt_rows(512) == rows and _gpu.PROMPT_ROWS == 512
         assert _gpu.set_prompt_rows(0) == 512
-        for bad in (-1, 1.5, True, "256", None):
+        assert _gpu.prompt_rows() == 0  # an explicit value needs no GPU
+        assert _gpu.set_prompt_rows(None) == 0 and _gpu.PROMPT_ROWS is None  # the GPU's default again
+        for bad in (-1, 1.5, True, "256"):
             with pytest.raises(InvalidArgumentError, match="prompt rows"):
                 _gpu.set_prompt_rows(bad)
         assert _gpu.set_prompt_tile_mb(4) == mb and _gpu.PROMPT_TILE_MB == 4.0
@@ -484,8 +486,8 @@ def test_linear_configs_are_forceable():
     from glyd.errors import NotFoundError
 
     names = _gpu.linear_configs()
-    assert len(names) == len(set(names)) >= 20
-    assert {n[:13] for n in names} == {"glyd_lin_f12_", "glyd_lin_f12a", "glyd_lin_f12w"}
+    assert len(names) == len(set(names)) >= 10
+    assert {n[:13] for n in names} == {"glyd_lin_f12_", "glyd_lin_f12w"}
     try:
         for n in names + ["generic"]:
             _gpu.force_kernel(n)

@@ -286,7 +286,7 @@ def table1(args, rep):
             tg = _time_graph(gl, args.reps)
             kname = _kernel_label(sets[2]["dt"][0], t)
             res.append(dict(tokens=t, bf16_ms=tb, glyd_ms=tg, ratio=tg / tb, kernel=kname,
-                            prompt_rows=_gpu.PROMPT_ROWS, prompt_tile_mb=mb))
+                            prompt_rows=_gpu.prompt_rows(), prompt_tile_mb=mb))
             rows.append((t, _ms(tb), _ms(tg), _ratio(tg, tb), kname))
             print(f"  table 1: {t} tokens {tb:.3f} / {tg:.3f} ms ({kname})", flush=True)
     _gpu.set_prompt_tile_mb(tiles[0])
@@ -297,7 +297,7 @@ def table1(args, rep):
               ["tokens", "bf16 ms", "Glyd ms", "Glyd/bf16", "kernel (gate_up)"], rows,
               [f"CUDA graph of all {4 * nl} linears, median of {args.reps} replays; every layer its own weights; "
                f"fixed12 {bits:.3f} bits/weight on randn*0.02. Prompt path (decode tiles + cuBLAS) from "
-               f"{_gpu.PROMPT_ROWS or 'no'} tokens on, tiles of {tile}. Targets: <= 0.80 at 1-64 tokens, "
+               f"{_gpu.prompt_rows() or 'no'} tokens on, tiles of {tile}. Targets: <= 0.80 at 1-64 tokens, "
                f"<= 0.95 at 128, <= 1.03 at 512 and 2048."])
 
     if args.per_shape:
@@ -374,7 +374,7 @@ def _sweep_shapes(args, rep, sets):
 
 
 def _short(n):
-    return n.replace("glyd_lin_f12_", "").replace("glyd_lin_f12a_", "a:").replace("glyd_lin_f12w_", "wg:")
+    return n.replace("glyd_lin_f12_", "").replace("glyd_lin_f12w_", "wg:")
 
 
 # ---- table 4 -----------------------------------------------------------------------------------------
@@ -783,7 +783,7 @@ def parse_args(argv=None):
     ap.add_argument("--per-shape", default=None, help="table 1b token counts (default 1,64; '' for none)")
     ap.add_argument("--prompt-rows", type=int, default=None,
                     help="tokens from which linears take the prompt path, decode tiles + cuBLAS (0 = never; "
-                         "default: glyd._gpu.PROMPT_ROWS, i.e. GLYD_PROMPT_ROWS or 256)")
+                         "default: glyd._gpu.prompt_rows(), i.e. GLYD_PROMPT_ROWS or the GPU's default)")
     ap.add_argument("--prompt-tile-mb", default="",
                     help="table 1: MiB of bf16 weight per prompt-path tile, several separated by commas to sweep "
                          "them (default: glyd._gpu.PROMPT_TILE_MB, i.e. GLYD_PROMPT_TILE_MB or 256)")

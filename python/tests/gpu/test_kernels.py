@@ -386,11 +386,17 @@ def test_prompt_path_choice(prompt_settings):
     assert not dt.prompt_path(4096) and dt.linear_kernel(4096) != _gpu.PROMPT_KERNEL
     _gpu.set_prompt_rows(256)
     try:
-        _gpu.force_kernel("glyd_lin_f12_m2n16w4k1u1")  # benchmarks of the fused kernel: no prompt path
+        _gpu.force_kernel("glyd_lin_f12_m1n8w4k2u1")  # benchmarks of the fused kernel: no prompt path
         assert not dt.prompt_path(512)
     finally:
         _gpu.force_kernel(None)
     assert dt.prompt_path(512)
+    # the default: the wgmma kernel to 128 rows on sm_90, mma.sync to 64 elsewhere
+    _gpu.set_prompt_rows(None)
+    hopper = torch.cuda.get_device_capability(DEV) == (9, 0)
+    assert _gpu.prompt_rows(DEV) == (129 if hopper else 65)
+    assert dt.linear_kernel(128).startswith("glyd_lin_f12w_" if hopper else _gpu.PROMPT_KERNEL)
+    assert dt.linear_kernel(16).startswith("glyd_lin_f12w_" if hopper else "glyd_lin_f12_")
     small = _gpu.DeviceTensor(glyd.pack(weights((300, 1024), seed=11), layout="smallest"), DEV)
     assert not small.prompt_path(512)
     with pytest.raises(glyd.errors.UnsupportedError):  # smallest: no fused kernel, no prompt path
