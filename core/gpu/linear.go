@@ -91,9 +91,9 @@ var linConfigs = []linConfig{
 	wgConfig(16, 2, 4, 2, 2),        // 8
 	wgConfig(32, 1, 4, 2, 2),        // 9
 	wgConfig(32, 2, 4, 2, 2),        // 10
-	wgConfig(64, 1, 4, 2, 2),        // 11
+	wgConfig(32, 1, 4, 4, 2),        // 11: registers capped for 3 blocks per SM
 	wgConfig(64, 1, 4, 4, 4),        // 12
-	wgConfig(64, 1, 4, 2, 4),        // 13
+	wgConfig(64, 1, 4, 3, 2),        // 13: registers capped for 3 blocks per SM
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -103,17 +103,18 @@ var linConfigs = []linConfig{
 // 0.295 -> 0.279 ms, o 0.138 -> 0.136 for 12 layers, session 3), else one
 // k-block in flight per lane (u1, higher occupancy; qkv 384, gate_up 1536
 // blocks). From 9 tokens on sm_90 (hopper) the wgmma kernel (session 4
-// per-shape sweeps): 16-token tiles to 16 tokens; to 32 tokens two
-// warpgroups splitting K unless the weight has >= 264 tiles of 64 rows
-// (gate_up: the blocks already fill the GPU); 64-token tiles beyond, with 3
-// blocks per SM (u2p2) on such wide weights. Elsewhere the session-3 sweep:
-// m1n2w1k8u1 to 16 tokens, m2n4w1k8u1 to 32, m1n8w2k4u1 to 64, m1n8w4k2u1
-// beyond.
+// per-shape sweeps): 16-token tiles to 16 tokens; to 32 tokens 4 k-blocks in
+// flight per lane at 3 blocks per SM on weights of >= 96 tiles of 64 rows
+// (qkv, gate_up), two warpgroups splitting K on narrower ones (o, down);
+// 64-token tiles beyond, 3 k-blocks in flight at 3 blocks per SM on weights
+// of >= 264 tiles (gate_up: its blocks fill the GPU in one wave), 4 at 2
+// blocks per SM otherwise. Elsewhere the session-3 sweep: m1n2w1k8u1 to 16
+// tokens, m2n4w1k8u1 to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
 func pickConfig(rows, n int64, hopper bool) int {
 	if f := forced.Load(); f > 0 {
 		return int(f - 1)
 	}
-	wide := (n+63)/64 >= splitTarget
+	tiles := (n + 63) / 64
 	switch {
 	case rows <= 8:
 		if (n+15)/16 <= splitTarget {
@@ -122,12 +123,12 @@ func pickConfig(rows, n int64, hopper bool) int {
 		return 0 // m1n1w1k8u1
 	case hopper && rows <= 16:
 		return 7 // t16k1s4u4p2
-	case hopper && rows <= 32 && wide:
-		return 9 // t32k1s4u2p2
+	case hopper && rows <= 32 && tiles >= 96:
+		return 11 // t32k1s4u4p2
 	case hopper && rows <= 32:
 		return 10 // t32k2s4u2p2
-	case hopper && rows <= 64 && wide:
-		return 11 // t64k1s4u2p2
+	case hopper && rows <= 64 && tiles >= splitTarget:
+		return 13 // t64k1s4u3p2
 	case hopper:
 		return 12 // t64k1s4u4p4
 	case rows <= 16:
