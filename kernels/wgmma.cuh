@@ -2,8 +2,8 @@
  * wgmma.cuh — the sm_90a warpgroup MMA used by the Hopper linear kernel
  * (linear.cu, linear_f12_wgmma): D[64 x N] += A[64 x 16] * B[16 x N], fp32
  * accumulators, A (bf16) from registers, B (bf16) from shared memory through
- * a matrix descriptor. One specialization per N: inline asm needs its operand
- * list spelled out.
+ * a matrix descriptor. One specialization per token tile N the kernels use
+ * (16, 32, 64): inline asm needs its operand list spelled out.
  *
  * Register layouts (per warp w of the warpgroup, lane = 4g + t), as for
  * mma.sync.m16n8k16: A a0 = (row 16w+g, k 2t..2t+1), a1 = (row +8, same k),
@@ -49,16 +49,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], uint32_t a0, uint
                                          uint64_t desc);
 
 template <>
-__device__ __forceinline__ void wgmma_rs<8>(float (&d)[1][4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                             uint32_t a3, uint64_t desc) {
-#ifdef GLYD_WGMMA
-	asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1, 0;"
-	             : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
-	             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-#endif
-}
-
-template <>
 __device__ __forceinline__ void wgmma_rs<16>(float (&d)[2][4], uint32_t a0, uint32_t a1, uint32_t a2,
                                              uint32_t a3, uint64_t desc) {
 #ifdef GLYD_WGMMA
@@ -84,16 +74,6 @@ __device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], uint32_t a0, uint
 #ifdef GLYD_WGMMA
 	asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;"
 	             : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-	             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
-#endif
-}
-
-template <>
-__device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                             uint32_t a3, uint64_t desc) {
-#ifdef GLYD_WGMMA
-	asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;"
-	             : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
 	             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
 #endif
 }
