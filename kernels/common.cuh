@@ -56,6 +56,20 @@ __device__ __forceinline__ void st_keep16(void *p, uint4 v) {
 	asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
 	             : "memory");
 }
+// A fused kernel and its _safe twin (for groups with base + 15 >= 255: the
+// fast decode gives escapes exponent 0): NAME runs FN<ARGS..., false>(p,
+// smem), NAME_safe FN<ARGS..., true>; BOUNDS = the __launch_bounds__
+// arguments in parentheses.
+#define GLYD_KERNEL_PAIR(NAME, BOUNDS, FN, ...)                                                      \
+	extern "C" __global__ void __launch_bounds__ BOUNDS NAME(const glyd_kparams p) {                 \
+		extern __shared__ float smem[];                                                            \
+		FN<__VA_ARGS__, false>(p, smem);                                                           \
+	}                                                                                                \
+	extern "C" __global__ void __launch_bounds__ BOUNDS NAME##_safe(const glyd_kparams p) {          \
+		extern __shared__ float smem[];                                                            \
+		FN<__VA_ARGS__, true>(p, smem);                                                            \
+	}
+
 // prmt in its default mode: a selector nibble with bit 3 set replicates the
 // sign (msb) of the chosen byte into the whole byte. __byte_perm() does not
 // expose that mode; it puts each weight's sign in bit 15 with no shift.

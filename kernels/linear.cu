@@ -530,22 +530,15 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 #endif
 }
 
-// BOUNDS: the __launch_bounds__ arguments, (threads) or (threads, blocks
-// per SM the registers must allow: ptxas caps them). A minimum of 1 is not
+// The launch bounds: (threads), or (threads, blocks per SM the registers
+// must allow: ptxas caps them) for GLYD_LINW3. A minimum of 1 is not
 // neutral: ptxas then spent 15 more registers on t16k1s4u4p2 and lost 9%.
-#define GLYD_LINW_B(TB, KG, S, U, PW, BOUNDS)                                                         \
-	extern "C" __global__ void __launch_bounds__ BOUNDS                                                \
-	    glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW(const glyd_kparams p) {                            \
-		extern __shared__ float smem[];                                                              \
-		linear_f12_wgmma<TB, KG, S, U, PW, false>(p, smem);                                          \
-	}                                                                                                  \
-	extern "C" __global__ void __launch_bounds__ BOUNDS                                                \
-	    glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW##_safe(const glyd_kparams p) {                     \
-		extern __shared__ float smem[];                                                              \
-		linear_f12_wgmma<TB, KG, S, U, PW, true>(p, smem);                                           \
-	}
-#define GLYD_LINW(TB, KG, S, U, PW) GLYD_LINW_B(TB, KG, S, U, PW, (128 * KG + 32 * PW))
-#define GLYD_LINW3(TB, KG, S, U, PW) GLYD_LINW_B(TB, KG, S, U, PW, (128 * KG + 32 * PW, 3))
+#define GLYD_LINW(TB, KG, S, U, PW)                                                                   \
+	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, (128 * KG + 32 * PW), linear_f12_wgmma, TB, \
+	                 KG, S, U, PW)
+#define GLYD_LINW3(TB, KG, S, U, PW)                                                                  \
+	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, (128 * KG + 32 * PW, 3), linear_f12_wgmma, \
+	                 TB, KG, S, U, PW)
 
 GLYD_LINW(16, 1, 4, 2, 2)
 GLYD_LINW(16, 1, 4, 4, 2)
@@ -556,17 +549,14 @@ GLYD_LINW3(32, 1, 4, 4, 2)
 GLYD_LINW(64, 1, 4, 4, 4)
 GLYD_LINW3(64, 1, 4, 3, 2)
 
+// The dense kernels: one output tile per block, at the block's indices.
+template <int MT, int NT, int WN, int WK, int U, bool SAFE>
+__device__ __forceinline__ void linear_f12_block(const glyd_kparams &p, float *smem) {
+	linear_f12<MT, NT, WN, WK, U, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+}
 #define GLYD_LIN(MT, NT, WN, WK, U)                                                                   \
-	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
-	    glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U(const glyd_kparams p) {                          \
-		extern __shared__ float smem[];                                                             \
-		linear_f12<MT, NT, WN, WK, U, false>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);           \
-	}                                                                                                 \
-	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
-	    glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U##_safe(const glyd_kparams p) {                   \
-		extern __shared__ float smem[];                                                             \
-		linear_f12<MT, NT, WN, WK, U, true>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);            \
-	}
+	GLYD_KERNEL_PAIR(glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U, (32 * WN * WK), linear_f12_block, MT, NT, WN, \
+	                 WK, U)
 
 // The configurations the host may pick (core/gpu/linear.go holds the table and
 // the reason for each). Names are looked up at module load.

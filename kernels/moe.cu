@@ -143,16 +143,8 @@ __device__ __forceinline__ void linear_f12_experts(const glyd_kparams &p, float 
 }
 
 #define GLYD_LING(MT, NT, WN, WK, U)                                                                  \
-	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
-	    glyd_lin_f12g_m##MT##n##NT##w##WN##k##WK##u##U(const glyd_kparams p) {                         \
-		extern __shared__ float smem[];                                                             \
-		linear_f12_experts<MT, NT, WN, WK, U, false>(p, smem);                                       \
-	}                                                                                                 \
-	extern "C" __global__ void __launch_bounds__(32 * WN * WK)                                        \
-	    glyd_lin_f12g_m##MT##n##NT##w##WN##k##WK##u##U##_safe(const glyd_kparams p) {                  \
-		extern __shared__ float smem[];                                                             \
-		linear_f12_experts<MT, NT, WN, WK, U, true>(p, smem);                                        \
-	}
+	GLYD_KERNEL_PAIR(glyd_lin_f12g_m##MT##n##NT##w##WN##k##WK##u##U, (32 * WN * WK), linear_f12_experts, MT, NT, \
+	                 WN, WK, U)
 
 // The grouped configurations (core/gpu/moe.go, groupedConfigs: chosen by the
 // mean rows per expert): tiles of the dense kernel for 8, 16, 32, 64 tokens.
