@@ -96,3 +96,23 @@ func TestConfigTable(t *testing.T) {
 		}
 	}
 }
+
+// The workspace bound (no device) covers the splits Linear takes on any GPU,
+// and stays 0 where the blocks alone fill the largest one.
+func TestWorkspaceSplits(t *testing.T) {
+	for _, c := range linConfigs {
+		for _, nk := range [][2]int64{{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}, {300, 1040}} {
+			for _, rows := range []int64{1, 9, 16, 32, 64, 128, 300} {
+				bound := c.splits(nk[0], nk[1], rows, wgmmaSlotsMax)
+				for _, slots := range []int{132, 264, 396, wgmmaSlotsMax, 8 * 132} {
+					if s := c.splits(nk[0], nk[1], rows, slots); s > bound {
+						t.Fatalf("%s %v rows %d: %d splits on %d slots > bound %d", c.name(), nk, rows, s, slots, bound)
+					}
+				}
+			}
+		}
+	}
+	if s := wgConfig(64, 1, 4, 4, 4).splits(24576, 4096, 128, wgmmaSlotsMax); s != 1 {
+		t.Fatalf("gate_up at 128 tokens: %d splits, want 1 (768 blocks fill the GPU)", s)
+	}
+}

@@ -148,22 +148,24 @@ func pickConfig(rows, n int64, hopper bool) int {
 // result bits) do not depend on the GPU.
 const splitTarget = 264
 
+// wgmmaSlotsMax caps the resident blocks a warpgroup configuration counts on
+// (4 blocks per SM on 132 SMs, the largest sm_90 parts), so that the
+// workspace bound holds for every GPU without asking the device.
+const wgmmaSlotsMax = 4 * 132
+
 // splits returns how many blocks share the K of one output tile.
 //
 // Warpgroup configurations run one long block per 64-row tile; a second
 // wave of blocks would double the time, so they split K until the blocks
-// fill every resident slot of the GPU (slots = blocks per SM x SMs; 0 = not
-// known, the bound: as many splits as allowed). Their result bits thus depend
-// on the GPU model (deterministic on each).
+// fill every resident slot of the GPU (slots = blocks per SM x SMs, at most
+// wgmmaSlotsMax; the bound takes wgmmaSlotsMax). Their result bits thus
+// depend on the GPU model (deterministic on each).
 func (c linConfig) splits(n, k, rows int64, slots int) int64 {
 	ctas := ((n + int64(c.rows()) - 1) / int64(c.rows())) * ((rows + int64(c.tokens()) - 1) / int64(c.tokens()))
 	maxs := ((k + 63) / 64) / int64(2*c.WK) // each warp keeps >= 2 k-blocks
 	target := int64(splitTarget)
 	if c.Kind == linWgmma {
-		target = int64(slots)
-		if slots == 0 {
-			target = ctas * 8
-		}
+		target = int64(min(slots, wgmmaSlotsMax))
 	}
 	return max(1, min(target/ctas, maxs, 8))
 }
@@ -261,7 +263,7 @@ func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
 	var need uint64
 	for _, hopper := range []bool{false, true} {
 		c := linConfigs[pickConfig(int64(rows), n, hopper)]
-		if s := c.splits(n, k, int64(rows), 0); s > 1 {
+		if s := c.splits(n, k, int64(rows), wgmmaSlotsMax); s > 1 {
 			need = max(need, uint64(s)*uint64(rows)*uint64(n)*4)
 		}
 	}
