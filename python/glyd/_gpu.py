@@ -226,12 +226,24 @@ def set_prompt_rows(rows: int | None) -> int | None:
     return old
 
 
+_DEFAULT_PROMPT_ROWS: dict[int, int] = {}  # by CUDA device index: linear() asks on every call
+
+
 def prompt_rows(device: "torch.device | int | None" = None) -> int:
     """The rows from which linear() on `device` takes the prompt path (0 = never):
     PROMPT_ROWS if set, else 129 on sm_90 GPUs (the wgmma kernel) and 65 on others."""
     if PROMPT_ROWS is not None:
         return PROMPT_ROWS
-    return 129 if torch.cuda.get_device_capability(device) == (9, 0) else 65
+    if isinstance(device, int):
+        index = device
+    else:
+        index = None if device is None else torch.device(device).index
+        index = torch.cuda.current_device() if index is None else index
+    rows = _DEFAULT_PROMPT_ROWS.get(index)
+    if rows is None:
+        rows = 129 if torch.cuda.get_device_capability(index) == (9, 0) else 65
+        _DEFAULT_PROMPT_ROWS[index] = rows
+    return rows
 
 
 def set_prompt_tile_mb(mb) -> float:

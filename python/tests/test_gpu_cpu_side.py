@@ -373,6 +373,30 @@ def test_decode_rows_abi_without_device():
     del keep
 
 
+def test_prompt_rows_default_by_gpu(monkeypatch):
+    # without PROMPT_ROWS: 129 on sm_90 (the wgmma kernel), 65 elsewhere,
+    # asked once per device (linear() asks on every call)
+    from glyd import _gpu
+
+    asked = []
+
+    def capability(index):
+        asked.append(index)
+        return {0: (9, 0), 1: (8, 9), 2: (10, 0)}[index]
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability)
+    monkeypatch.setattr(_gpu, "_DEFAULT_PROMPT_ROWS", {})
+    old = _gpu.set_prompt_rows(None)
+    try:
+        devices = (0, 1, torch.device("cuda", 2), torch.device("cuda", 0), "cuda:1")
+        assert [_gpu.prompt_rows(d) for d in devices] == [129, 65, 65, 129, 65]
+        assert asked == [0, 1, 2]
+        _gpu.set_prompt_rows(300)
+        assert _gpu.prompt_rows(1) == 300
+    finally:
+        _gpu.set_prompt_rows(old)
+
+
 def test_prompt_settings():
     from glyd import _gpu
 
