@@ -70,20 +70,6 @@ __device__ __forceinline__ void st_keep16(void *p, uint4 v) {
 		FN<__VA_ARGS__, true>(p, smem);                                                            \
 	}
 
-// The same with a second parameter, the tensor map of x for the bulk tensor
-// copy (TMA): NAME(p, tm) runs FN<ARGS..., SAFE>(p, smem, &tm).
-#define GLYD_KERNEL_PAIR_TMAP(NAME, BOUNDS, FN, ...)                                                 \
-	extern "C" __global__ void __launch_bounds__ BOUNDS NAME(const glyd_kparams p,                   \
-	                                                         const __grid_constant__ glyd_tmap tm) { \
-		extern __shared__ float smem[];                                                            \
-		FN<__VA_ARGS__, false>(p, smem, &tm);                                                      \
-	}                                                                                                \
-	extern "C" __global__ void __launch_bounds__ BOUNDS NAME##_safe(const glyd_kparams p,            \
-	                                                                const __grid_constant__ glyd_tmap tm) { \
-		extern __shared__ float smem[];                                                            \
-		FN<__VA_ARGS__, true>(p, smem, &tm);                                                       \
-	}
-
 // prmt in its default mode: a selector nibble with bit 3 set replicates the
 // sign (msb) of the chosen byte into the whole byte. __byte_perm() does not
 // expose that mode; it puts each weight's sign in bit 15 with no shift.

@@ -51,7 +51,7 @@
  * then per pair prmt + shift + lop3: ~2.1 integer ops per weight.
  */
 #include "common.cuh"
-#include "hopper.cuh"
+#include "wgmma.cuh"
 #include <cuda_bf16.h>
 
 __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -419,16 +419,6 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce(const glyd_kpa
 // loads; split this way it never stalls the weight stream.
 // Shared memory: srows (align32(65) words) then max(S stages of TB*128 bytes,
 // the epilogue's tree and [TB][65] tile).
-//
-// D > 0 (the bulk tensor copy engine, TMA, stages the raw activations): each
-// producer warp owns D raw slots of TB*128 bytes (a 64 k x TB token box,
-// 128-byte swizzled; rows past R and k past K arrive as zeros) and one
-// mbarrier per slot; its lane 0 asks TMA for the warp's block n + D as soon as
-// block n has been read, so the warp only permutes shared -> shared (no L2
-// round trip per batch: at 64 tokens those round trips bounded the producer).
-// After the stage region: the mbarriers (PW*D*8 bytes), then the raw slots at
-// the next 1024-byte boundary (the swizzle's period). D = 0: the producers
-// read x from global memory.
 __device__ __forceinline__ void bar_sync(int id, int count) {
 	asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
@@ -436,15 +426,8 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
 	asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
-// Bytes of the stage region: the S stages, or the epilogue's tree and tile
-// that overlay them (core/gpu/linear.go's smem() computes the same).
-__host__ __device__ constexpr int wg_stage_region(int TB, int KG, int S) {
-	const int stages = S * TB * 128, tile = TB * 65 * 4, tree = (KG / 2) * 64 * TB * 4;
-	return stages > tile ? (stages > tree ? stages : tree) : (tile > tree ? tile : tree);
-}
-
-template <int TB, int KG, int S, int U, int PW, int D, bool SAFE>
-__device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *smem, const glyd_tmap *tm) {
+template <int TB, int KG, int S, int U, int PW, bool SAFE>
+__device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *smem) {
 #ifdef GLYD_WGMMA
 	constexpr int ROWS = 64, NT = TB / 8;
 	constexpr int BAR = 128 + 32;   // a stage's barriers: one consumer warpgroup, one producer warp
@@ -463,9 +446,6 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 	uint32_t *srows = (uint32_t *)smem;
 	char *ring = (char *)(smem + ((ROWS + 1 + 31) & ~31));
 	const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
-	constexpr int REGION = wg_stage_region(TB, KG, S);
-	const uint32_t mbar_s = ring_s + REGION;                             // PW*D mbarriers
-	const uint32_t raw_s = (mbar_s + PW * D * 8 + 1023) & ~1023u;       // PW*D raw slots
 
 	if (p.splits == 1 && p.escrows) {
 		for (int i = threadIdx.x; i <= ROWS; i += blockDim.x) {
@@ -485,27 +465,9 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 		// permuted words. Rows past R read row R-1 (never stored); k past K
 		// reads as 0 (0 * w, never 0 * garbage).
 		const int pw = warp - 4 * KG;
-		// TMA: slot d of this warp holds its blocks n = d, d + D, ... (block
-		// j = pw + n*PW); lane 0 arms the slot's mbarrier and asks for the box.
-		constexpr int DD = D > 0 ? D : 1; // slots (no modulo by 0 when D = 0)
-		const uint32_t raw0 = raw_s + pw * D * STAGE, bar0 = mbar_s + pw * D * 8;
-		auto tma_ask = [&](int32_t n) {
-			const int32_t j = pw + n * PW;
-			if (j < nkb) tma_load_2d(raw0 + (n % DD) * STAGE, tm, (kb_lo + j) * 64, (int32_t)m0, bar0 + (n % DD) * 8, STAGE);
-		};
-		if (D > 0) {
-			if (lane == 0) {
-				for (int d = 0; d < D; d++) mbar_init(bar0 + d * 8, 1);
-				mbar_fence_init();
-				for (int32_t n = 0; n < D; n++) tma_ask(n);
-			}
-			__syncwarp();
-		}
-		for (int32_t j = pw, n = 0; j < nkb; j += PW, n++) {
+		for (int32_t j = pw; j < nkb; j += PW) {
 			const int32_t kb = kb_lo + j;
 			const int stage = j % S;
-			const uint32_t raw = raw0 + (n % DD) * STAGE;
-			if (D > 0) mbar_wait(bar0 + (n % DD) * 8, (n / DD) & 1); // block j's raw box has landed
 			if (j >= S) bar_sync(1 + S + stage, BAR); // EMPTY: the wgmma's of block j - S are done
 #pragma unroll
 			for (int i0 = 0; i0 < PER; i0 += BATCH) {
@@ -513,13 +475,6 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 #pragma unroll
 				for (int i = 0; i < BATCH; i++) {
 					const int item = lane + (i0 + i) * 32, tok = item >> 2, ch = item & 3;
-					if (D > 0) {
-						// 16-byte chunk c of token row tok sits at chunk c ^ (tok & 7)
-						const uint32_t row = raw + tok * 128;
-						xv[i][0] = ld_shared16(row + (((2 * ch) ^ (tok & 7)) << 4));
-						xv[i][1] = ld_shared16(row + (((2 * ch + 1) ^ (tok & 7)) << 4));
-						continue;
-					}
 					const int64_t m = m0 + tok < R ? m0 + tok : R - 1;
 					const int32_t k = kb * 64 + 16 * ch;
 					const uint16_t *src = (const uint16_t *)p.x + m * K + k;
@@ -542,10 +497,6 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 					for (int q = 0; q < 8; q++)
 						asm volatile("st.shared.b32 [%0], %1;" ::"r"(base + 128 * q), "r"(w[q]) : "memory");
 				}
-			}
-			if (D > 0) {
-				__syncwarp(); // every lane has read the slot: refill it
-				if (lane == 0) tma_ask(n + D);
 			}
 			fence_proxy_async();
 			bar_arrive(1 + stage, BAR); // FULL
@@ -620,20 +571,12 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 // The launch bounds: (threads), or (threads, blocks per SM the registers
 // must allow: ptxas caps them) for GLYD_LINW3. A minimum of 1 is not
 // neutral: ptxas then spent 15 more registers on t16k1s4u4p2 and lost 9%.
-template <int TB, int KG, int S, int U, int PW, bool SAFE>
-__device__ __forceinline__ void linear_f12_wgmma_ldg(const glyd_kparams &p, float *smem) {
-	linear_f12_wgmma<TB, KG, S, U, PW, 0, SAFE>(p, smem, nullptr);
-}
 #define GLYD_LINW(TB, KG, S, U, PW)                                                                   \
-	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, (128 * KG + 32 * PW), linear_f12_wgmma_ldg, \
-	                 TB, KG, S, U, PW)
+	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, (128 * KG + 32 * PW), linear_f12_wgmma, TB, \
+	                 KG, S, U, PW)
 #define GLYD_LINW3(TB, KG, S, U, PW)                                                                  \
-	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, (128 * KG + 32 * PW, 3),             \
-	                 linear_f12_wgmma_ldg, TB, KG, S, U, PW)
-// With TMA (D raw slots per producer warp; the kernel takes the tensor map of x).
-#define GLYD_LINT(TB, KG, S, U, PW, D, BOUNDS)                                                         \
-	GLYD_KERNEL_PAIR_TMAP(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW##d##D, BOUNDS, linear_f12_wgmma, TB, KG, \
-	                      S, U, PW, D)
+	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, (128 * KG + 32 * PW, 3), linear_f12_wgmma, \
+	                 TB, KG, S, U, PW)
 
 GLYD_LINW(16, 1, 4, 2, 2)
 GLYD_LINW(16, 1, 4, 4, 2)
@@ -642,15 +585,6 @@ GLYD_LINW(32, 1, 4, 2, 2)
 GLYD_LINW(32, 2, 4, 2, 2)
 GLYD_LINW3(32, 1, 4, 4, 2)
 GLYD_LINW(64, 1, 4, 4, 4)
-GLYD_LINW3(64, 1, 4, 3, 2)
-GLYD_LINT(16, 1, 4, 4, 1, 4, (160))
-GLYD_LINT(16, 1, 4, 6, 1, 4, (160, 3))
-GLYD_LINT(32, 1, 4, 4, 1, 4, (160, 3))
-GLYD_LINT(32, 1, 4, 6, 1, 4, (160, 3))
-GLYD_LINT(32, 2, 4, 2, 1, 4, (288))
-GLYD_LINT(64, 1, 4, 3, 2, 2, (192, 3))
-GLYD_LINT(64, 1, 4, 4, 1, 4, (160, 3))
-GLYD_LINT(64, 1, 4, 5, 1, 4, (160, 3))
 
 // The dense kernels: one output tile per block, at the block's indices.
 template <int MT, int NT, int WN, int WK, int U, bool SAFE>

@@ -55,8 +55,6 @@ static struct {
 	glyd_CUresult (*MemcpyDtoHAsync)(void *, unsigned long long, size_t, glyd_CUstream);
 	glyd_CUresult (*MemcpyHtoDAsync)(unsigned long long, const void *, size_t, glyd_CUstream);
 	glyd_CUresult (*StreamSynchronize)(glyd_CUstream);
-	glyd_CUresult (*TensorMapEncodeTiled)(glyd_tmap *, int, uint32_t, void *, const uint64_t *, const uint64_t *,
-	                                      const uint32_t *, const uint32_t *, int, int, int, int);
 } cu;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -135,9 +133,8 @@ static int do_init(void) {
 		}
 		*syms[i].slot = fp;
 	}
-	/* Optional (pack; the TMA linear kernels): a lookup failure leaves the
-	 * slot NULL and the call that needs it reports it; everything else keeps
-	 * working. */
+	/* Optional (pack only): a lookup failure leaves the slot NULL and pack
+	 * reports it; everything else keeps working. */
 	struct {
 		const char *name;
 		void **slot;
@@ -145,7 +142,6 @@ static int do_init(void) {
 	    {"cuMemcpyDtoHAsync", (void **)&cu.MemcpyDtoHAsync},
 	    {"cuMemcpyHtoDAsync", (void **)&cu.MemcpyHtoDAsync},
 	    {"cuStreamSynchronize", (void **)&cu.StreamSynchronize},
-	    {"cuTensorMapEncodeTiled", (void **)&cu.TensorMapEncodeTiled},
 	};
 	for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
 		void *fp = NULL;
@@ -293,8 +289,8 @@ int glyd_drv_device_load(int dev, const void *image, const char *names, int nk, 
 	return rc;
 }
 
-static int launch_args(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                       uintptr_t stream, void **args, const glyd_tmap_rows *tm, char *err) {
+int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
+                    uintptr_t stream, const glyd_kparams *p, char *err) {
 	/* Hot path: the caller (Go) has loaded the device already. */
 	devstate *s = &devs[dev];
 	if (k < 0 || k >= s->nfn) {
@@ -303,41 +299,11 @@ static int launch_args(int dev, int k, unsigned gx, unsigned gy, unsigned gz, un
 	}
 	int rc = push(s, err);
 	if (rc) return rc;
-	glyd_CUresult r = 0;
-	if (tm) {
-		/* bf16 [rows, cols] row-major; boxes of box_rows x box_cols, 128-byte
-		 * swizzle, the L2 fetching 256 bytes, zeros outside the matrix. */
-		const uint64_t dims[2] = {tm->cols, tm->rows}, strides[1] = {tm->cols * 2};
-		const uint32_t box[2] = {tm->box_cols, tm->box_rows}, unit[2] = {1, 1};
-		r = cu.TensorMapEncodeTiled((glyd_tmap *)args[1], 9 /* BFLOAT16 */, 2, (void *)(uintptr_t)tm->addr, dims,
-		                            strides, box, unit, 0 /* no interleave */, 3 /* SWIZZLE_128B */,
-		                            3 /* L2_256B */, 0 /* OOB: zeros */);
-		if (r) {
-			pop();
-			return cuerr(err, "cuTensorMapEncodeTiled", r);
-		}
-	}
-	r = cu.LaunchKernel(s->fn[k], gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, args, NULL);
+	void *args[1] = {(void *)p};
+	glyd_CUresult r = cu.LaunchKernel(s->fn[k], gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, args, NULL);
 	pop();
 	if (r) return cuerr(err, "cuLaunchKernel", r);
 	return GLYD_DRV_OK;
-}
-
-int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                    uintptr_t stream, const glyd_kparams *p, char *err) {
-	void *args[1] = {(void *)p};
-	return launch_args(dev, k, gx, gy, gz, bx, smem, stream, args, NULL, err);
-}
-
-int glyd_drv_launch_tmap(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                         uintptr_t stream, const glyd_kparams *p, const glyd_tmap_rows *tm, char *err) {
-	if (!cu.TensorMapEncodeTiled) {
-		snprintf(err, GLYD_ERRLEN, "the CUDA driver lacks cuTensorMapEncodeTiled; Glyd needs r580 or newer");
-		return GLYD_DRV_UNSUPPORTED;
-	}
-	glyd_tmap map; /* encoded here: 64-byte aligned on the C stack */
-	void *args[2] = {(void *)p, (void *)&map};
-	return launch_args(dev, k, gx, gy, gz, bx, smem, stream, args, tm, err);
 }
 
 int glyd_drv_occupancy(int dev, int k, int block, int smem, int *blocks, char *err) {

@@ -61,19 +61,6 @@ int glyd_drv_device_load(int dev, const void *image, const char *names, int nker
 int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
                     uintptr_t stream, const glyd_kparams *p, char *err);
 
-/* A bf16 matrix [rows, cols] (row-major, cols*2 bytes a row, 16-byte aligned)
- * read in boxes of box_rows x box_cols by the bulk tensor copy engine. */
-typedef struct glyd_tmap_rows {
-	uint64_t addr, rows, cols;
-	uint32_t box_rows, box_cols;
-} glyd_tmap_rows;
-
-/* glyd_drv_launch for the kernels that take a tensor map as their second
- * parameter: encodes the map of tm (cuTensorMapEncodeTiled, sm_90+) and
- * launches. */
-int glyd_drv_launch_tmap(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                         uintptr_t stream, const glyd_kparams *p, const glyd_tmap_rows *tm, char *err);
-
 /* Copies bytes between host and device memory on stream and waits for the
  * stream (cuMemcpy*Async + cuStreamSynchronize): everything queued on the
  * stream before has run when they return. Used by pack only (it needs the

@@ -80,18 +80,6 @@ typedef struct glyd_kparams {
 	glyd_i64 topk, experts_total;
 } glyd_kparams;
 
-/* A tensor map of the bulk tensor copy engine (CUtensorMap: 128 bytes,
- * 64-byte aligned), opaque: the host encodes it (cuTensorMapEncodeTiled) and
- * passes it by value as a kernel's second parameter. */
-#ifdef __cplusplus
-#define GLYD_ALIGN64 alignas(64)
-#else
-#define GLYD_ALIGN64 _Alignas(64)
-#endif
-typedef struct glyd_tmap {
-	GLYD_ALIGN64 glyd_u64 opaque[16];
-} glyd_tmap;
-
 /* One expert (one group of a packed experts tensor) as the grouped kernels
  * read it: the device addresses of its planes and of its escape index. */
 typedef struct glyd_expert {

@@ -249,14 +249,6 @@ func launch(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p
 	return drvErr(rc, &e)
 }
 
-// launchTmap runs kernel k, whose second parameter is the tensor map tm
-// (encoded at the call), on the caller's stream.
-func launchTmap(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams, tm *C.glyd_tmap_rows) error {
-	var e [C.GLYD_ERRLEN]C.char
-	rc := C.glyd_drv_launch_tmap(C.int(dev), C.int(k), C.uint(gx), C.uint(gy), C.uint(gz), C.uint(block), C.uint(smem), C.uintptr_t(stream), p, tm, &e[0])
-	return drvErr(rc, &e)
-}
-
 // KernelAttrs reports registers, local memory and max threads of a kernel by
 // name, for diagnostics (after the device has been used once).
 func KernelAttrs(dev int, name string) (regs, localBytes, maxThreads int, err error) {

@@ -112,7 +112,7 @@ func TestWorkspaceSplits(t *testing.T) {
 			}
 		}
 	}
-	if s := wgConfig(64, 1, 4, 4, 4, 0).splits(24576, 4096, 128, wgmmaSlotsMax); s != 1 {
+	if s := wgConfig(64, 1, 4, 4, 4).splits(24576, 4096, 128, wgmmaSlotsMax); s != 1 {
 		t.Fatalf("gate_up at 128 tokens: %d splits, want 1 (768 blocks fill the GPU)", s)
 	}
 }

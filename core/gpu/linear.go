@@ -17,24 +17,22 @@ import (
 // (kernels/linear.cu): MT m16 weight tiles and NT n8 token tiles per warp,
 // WN warps along the weight rows, WK warps splitting K, U k-blocks in flight.
 //
-// Warpgroup configurations (glyd_lin_f12w_t{tokens}k{WK}s{S}u{U}p{PW}[d{D}],
-// sm_90 only) multiply with wgmma: 64 rows per block, WK consumer warpgroups
-// of WN = 4 warps splitting K, U k-blocks of weights in flight per lane, PW
-// producer warps staging the activations in S stages; with D > 0 the copy
-// engine (TMA) brings each producer warp its next D blocks of activations.
+// Warpgroup configurations (glyd_lin_f12w_t{tokens}k{WK}s{S}u{U}p{PW}, sm_90
+// only) multiply with wgmma: 64 rows per block, WK consumer warpgroups of
+// WN = 4 warps splitting K, U k-blocks of weights in flight per lane, PW
+// producer warps staging the activations in S stages.
 
 type linConfig struct {
 	MT, NT, WN, WK, U int
 	Kind              linKind
-	S, PW, D          int // warpgroup configurations: activation stages, producer warps, TMA slots per producer
+	S, PW             int // warpgroup configurations: activation stages, producer warps
 }
 
 // wgConfig is the warpgroup configuration of tb tokens, kg consumer
 // warpgroups splitting K, s activation stages, u k-blocks of weights in
-// flight per lane, pw producer warps and d TMA slots per producer warp (0:
-// the producers load the activations themselves).
-func wgConfig(tb, kg, s, u, pw, d int) linConfig {
-	return linConfig{MT: 1, NT: tb / 8, WN: 4, WK: kg, U: u, Kind: linWgmma, S: s, PW: pw, D: d}
+// flight per lane and pw producer warps.
+func wgConfig(tb, kg, s, u, pw int) linConfig {
+	return linConfig{MT: 1, NT: tb / 8, WN: 4, WK: kg, U: u, Kind: linWgmma, S: s, PW: pw}
 }
 
 type linKind int
@@ -45,9 +43,6 @@ const (
 )
 
 func (c linConfig) name() string {
-	if c.Kind == linWgmma && c.D > 0 {
-		return fmt.Sprintf("glyd_lin_f12w_t%dk%ds%du%dp%dd%d", c.tokens(), c.WK, c.S, c.U, c.PW, c.D)
-	}
 	if c.Kind == linWgmma {
 		return fmt.Sprintf("glyd_lin_f12w_t%dk%ds%du%dp%d", c.tokens(), c.WK, c.S, c.U, c.PW)
 	}
@@ -65,14 +60,8 @@ func (c linConfig) smem() int {
 	tree := (c.WK / 2) * c.rows() * c.tokens() * 4
 	if c.Kind == linWgmma {
 		// escape ranges padded to 128 bytes, then the activation stages of
-		// 64 k x tokens bf16, overlaid by the epilogue at the end (the
-		// kernel's wg_stage_region); with TMA the mbarriers and the raw
-		// slots at the next 1024-byte boundary
-		n := ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
-		if c.D > 0 {
-			n += c.PW*c.D*8 + 1023 + c.PW*c.D*c.tokens()*128
-		}
-		return n
+		// 64 k x tokens bf16, overlaid by the epilogue at the end
+		return ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
 	}
 	srows := ((c.rows() + 1 + 3) &^ 3) * 4
 	return srows + max(tree, tile)
@@ -91,28 +80,19 @@ func (c linConfig) smem() int {
 //
 // Sweeps of the configurations tried and removed: docs/PERFORMANCE.md.
 var linConfigs = []linConfig{
-	{1, 1, 1, 8, 1, linRegs, 0, 0, 0},  // 0
-	{1, 1, 1, 16, 1, linRegs, 0, 0, 0}, // 1
-	{1, 2, 1, 8, 1, linRegs, 0, 0, 0},  // 2
-	{2, 4, 1, 8, 1, linRegs, 0, 0, 0},  // 3
-	{1, 8, 2, 4, 1, linRegs, 0, 0, 0},  // 4
-	{1, 8, 4, 2, 1, linRegs, 0, 0, 0},  // 5
-	wgConfig(16, 1, 4, 2, 2, 0),        // 6
-	wgConfig(16, 1, 4, 4, 2, 0),        // 7
-	wgConfig(16, 2, 4, 2, 2, 0),        // 8
-	wgConfig(32, 1, 4, 2, 2, 0),        // 9
-	wgConfig(32, 2, 4, 2, 2, 0),        // 10
-	wgConfig(32, 1, 4, 4, 2, 0),        // 11: registers capped for 3 blocks per SM
-	wgConfig(64, 1, 4, 4, 4, 0),        // 12
-	wgConfig(64, 1, 4, 3, 2, 0),        // 13: registers capped for 3 blocks per SM
-	wgConfig(16, 1, 4, 4, 1, 4),        // 14
-	wgConfig(16, 1, 4, 6, 1, 4),        // 15: capped for 3 blocks per SM
-	wgConfig(32, 1, 4, 4, 1, 4),        // 16: capped for 3 blocks per SM
-	wgConfig(32, 1, 4, 6, 1, 4),        // 17: capped for 3 blocks per SM
-	wgConfig(32, 2, 4, 2, 1, 4),        // 18
-	wgConfig(64, 1, 4, 3, 2, 2),        // 19: capped for 3 blocks per SM
-	wgConfig(64, 1, 4, 4, 1, 4),        // 20: capped for 3 blocks per SM
-	wgConfig(64, 1, 4, 5, 1, 4),        // 21: capped for 3 blocks per SM
+	{1, 1, 1, 8, 1, linRegs, 0, 0},  // 0
+	{1, 1, 1, 16, 1, linRegs, 0, 0}, // 1
+	{1, 2, 1, 8, 1, linRegs, 0, 0},  // 2
+	{2, 4, 1, 8, 1, linRegs, 0, 0},  // 3
+	{1, 8, 2, 4, 1, linRegs, 0, 0},  // 4
+	{1, 8, 4, 2, 1, linRegs, 0, 0},  // 5
+	wgConfig(16, 1, 4, 2, 2),        // 6
+	wgConfig(16, 1, 4, 4, 2),        // 7
+	wgConfig(16, 2, 4, 2, 2),        // 8
+	wgConfig(32, 1, 4, 2, 2),        // 9
+	wgConfig(32, 2, 4, 2, 2),        // 10
+	wgConfig(32, 1, 4, 4, 2),        // 11: registers capped for 3 blocks per SM
+	wgConfig(64, 1, 4, 4, 4),        // 12
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -125,9 +105,10 @@ var linConfigs = []linConfig{
 // per-shape sweeps): 16-token tiles to 16 tokens; to 32 tokens 4 k-blocks in
 // flight per lane at 3 blocks per SM on weights of >= 96 tiles of 64 rows
 // (qkv, gate_up), two warpgroups splitting K on narrower ones (o, down);
-// 64-token tiles beyond, 3 k-blocks in flight at 3 blocks per SM on weights
-// of >= 264 tiles (gate_up: its blocks fill the GPU in one wave), 4 at 2
-// blocks per SM otherwise. Elsewhere the session-3 sweep: m1n2w1k8u1 to 16
+// 64-token tiles beyond, 4 k-blocks in flight at 2 blocks per SM (session 5,
+// with the grouped epilogue: best on every Qwen3-8B shape at 64 tokens,
+// gate_up 0.772 ms against 0.803 for 3 in flight at 3 blocks per SM).
+// Elsewhere the session-3 sweep: m1n2w1k8u1 to 16
 // tokens, m2n4w1k8u1 to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
 func pickConfig(rows, n int64, hopper bool) int {
 	if f := forced.Load(); f > 0 {
@@ -146,8 +127,6 @@ func pickConfig(rows, n int64, hopper bool) int {
 		return 11 // t32k1s4u4p2
 	case hopper && rows <= 32:
 		return 10 // t32k2s4u2p2
-	case hopper && rows <= 64 && tiles >= splitTarget:
-		return 13 // t64k1s4u3p2
 	case hopper:
 		return 12 // t64k1s4u4p4
 	case rows <= 16:
@@ -369,13 +348,7 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		p.splits = C.glyd_u32(s)
 		p.ws = C.glyd_u64(workspace)
 	}
-	if c.D > 0 {
-		tm := C.glyd_tmap_rows{addr: C.uint64_t(x), rows: C.uint64_t(rows), cols: C.uint64_t(k), box_rows: C.uint32_t(c.tokens()), box_cols: 64}
-		err = launchTmap(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p, &tm)
-	} else {
-		err = launch(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p)
-	}
-	if err != nil {
+	if err := launch(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p); err != nil {
 		return err
 	}
 	if s > 1 {

@@ -200,10 +200,10 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 // (glyd_lin_f12g_*, the GLYD_LING lines of kernels/moe.cu, same order): the
 // dense kernel's tiles for 8, 16, 32 and 64 rows of x at a time.
 var groupedConfigs = []linConfig{
-	{1, 1, 1, 8, 1, linRegs, 0, 0, 0},
-	{1, 2, 1, 8, 1, linRegs, 0, 0, 0},
-	{2, 4, 1, 8, 1, linRegs, 0, 0, 0},
-	{1, 8, 2, 4, 1, linRegs, 0, 0, 0},
+	{1, 1, 1, 8, 1, linRegs, 0, 0},
+	{1, 2, 1, 8, 1, linRegs, 0, 0},
+	{2, 4, 1, 8, 1, linRegs, 0, 0},
+	{1, 8, 2, 4, 1, linRegs, 0, 0},
 }
 
 func (c linConfig) groupedName() string { return "glyd_lin_f12g" + c.name()[len("glyd_lin_f12"):] }

@@ -1,10 +1,9 @@
 /*
- * hopper.cuh — the sm_90a instructions of the Hopper linear kernel
- * (linear.cu, linear_f12_wgmma): the warpgroup MMA, D[64 x N] += A[64 x 16] *
- * B[16 x N], fp32 accumulators, A (bf16) from registers, B (bf16) from shared
- * memory through a matrix descriptor, one specialization per token tile N the
- * kernels use (16, 32, 64: inline asm needs its operand list spelled out);
- * and the bulk tensor copy (TMA) with the mbarriers that count its bytes.
+ * wgmma.cuh — the sm_90a warpgroup MMA used by the Hopper linear kernel
+ * (linear.cu, linear_f12_wgmma): D[64 x N] += A[64 x 16] * B[16 x N], fp32
+ * accumulators, A (bf16) from registers, B (bf16) from shared memory through
+ * a matrix descriptor. One specialization per token tile N the kernels use
+ * (16, 32, 64): inline asm needs its operand list spelled out.
  *
  * Register layouts (per warp w of the warpgroup, lane = 4g + t), as for
  * mma.sync.m16n8k16: A a0 = (row 16w+g, k 2t..2t+1), a1 = (row +8, same k),
@@ -77,49 +76,4 @@ __device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], uint32_t a0, uint
 	             : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
 	             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
 #endif
-}
-
-// An mbarrier in shared memory (8 bytes) that completes a phase after
-// `count` arrivals and the bytes the arrivals announced.
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-#ifdef GLYD_WGMMA
-	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-#endif
-}
-// Makes initialized mbarriers visible to the copy engine (the async proxy).
-__device__ __forceinline__ void mbar_fence_init() {
-#ifdef GLYD_WGMMA
-	asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-// Spins until phase `parity` of the mbarrier has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#ifdef GLYD_WGMMA
-	asm volatile("{\n\t.reg .pred done;\n"
-	             "WAIT:\n\t"
-	             "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-	             "@!done bra WAIT;\n}" ::"r"(bar),
-	             "r"(parity)
-	             : "memory");
-#endif
-}
-// One box of a 2-D tensor map (tm: a kernel parameter, __grid_constant__)
-// at element coordinates (c0 innermost, c1) into shared memory at dst; the
-// mbarrier bar is armed for `bytes` (the whole box: elements outside the
-// tensor arrive as zeros and count too) and completes when they land.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const glyd_tmap *tm, int32_t c0, int32_t c1, uint32_t bar,
-                                            uint32_t bytes) {
-#ifdef GLYD_WGMMA
-	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-	asm volatile(
-	    "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-	        dst),
-	    "l"((uint64_t)tm), "r"(c0), "r"(c1), "r"(bar)
-	    : "memory");
-#endif
-}
-__device__ __forceinline__ uint4 ld_shared16(uint32_t a) {
-	uint4 v;
-	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-	return v;
 }
