@@ -426,8 +426,14 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
 	asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+// One output tile: weight rows [ntile*64, +64), tokens [mtile*TB, +TB), the
+// k-blocks of split split_z of p.splits. The dense kernels pass their block
+// indices, the grouped experts kernel (moe.cu) its own; consecutive calls in
+// one block are safe (every barrier use is paired within a call, and the
+// epilogue ends with the block in sync).
 template <int TB, int KG, int S, int U, int PW, bool SAFE>
-__device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *smem) {
+__device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
+                                           uint32_t split_z) {
 #ifdef GLYD_WGMMA
 	constexpr int ROWS = 64, NT = TB / 8;
 	constexpr int BAR = 128 + 32;   // a stage's barriers: one consumer warpgroup, one producer warp
@@ -439,9 +445,9 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int g = lane >> 2, t = lane & 3;
 	const int64_t N = p.N, K = p.K, R = p.rows;
-	const int64_t n0 = (int64_t)blockIdx.y * ROWS, m0 = (int64_t)blockIdx.x * TB;
+	const int64_t n0 = ntile * ROWS, m0 = mtile * TB;
 	const int64_t KB = (K + 63) >> 6;
-	const int32_t kb_lo = (int32_t)(KB * blockIdx.z / p.splits), kb_hi = (int32_t)(KB * (blockIdx.z + 1) / p.splits);
+	const int32_t kb_lo = (int32_t)(KB * split_z / p.splits), kb_hi = (int32_t)(KB * (split_z + 1) / p.splits);
 	const int32_t nkb = kb_hi - kb_lo, K32 = (int32_t)K;
 	uint32_t *srows = (uint32_t *)smem;
 	char *ring = (char *)(smem + ((ROWS + 1 + 31) & ~31));
@@ -562,10 +568,15 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 			for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[0][j][i])::"memory");
 	}
 	__syncthreads(); // the epilogue's tree and tile overlay the stages
-	block_epilogue<1, NT, 4, KG, SAFE>(p, (float *)ring, srows, acc, n0, m0, blockIdx.z);
+	block_epilogue<1, NT, 4, KG, SAFE>(p, (float *)ring, srows, acc, n0, m0, split_z);
 #else
 	__trap(); // the host picks these kernels on sm_90 only
 #endif
+}
+
+template <int TB, int KG, int S, int U, int PW, bool SAFE>
+__device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *smem) {
+	wgmma_tile<TB, KG, S, U, PW, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
 // The launch bounds: (threads), or (threads, blocks per SM the registers

@@ -23,7 +23,9 @@
  *     the parameters at that expert (planes, escape index, base, ebase, bias
  *     row, x and y rows) and runs the tile code of linear.cu (linear_f12 with
  *     the configuration's tile: 16-32 weight rows, 8-64 rows of x at a time)
- *     for its rows. Grid y = ceil(N / weight rows of the tile). Blocks past the last expert with rows return at once. Needs
+ *     for its rows. Grid y = ceil(N / weight rows of the tile). Blocks past the last expert with rows return at once.
+ *     glyd_lin_f12gw_<config> (sm_90a): the same over linear.cu's wgmma
+ *     tiles (64 weight rows, 16-64 rows of x at a time). Needs
  *     K % 16 == 0, every expert's sm and code 16-byte aligned, x too (the
  *     host checks). p.bias: bf16 [E, N] or 0.
  * glyd_lin_f12t_experts + glyd_lin_f12t_reduce  the same for experts stored
@@ -121,11 +123,9 @@ __device__ __forceinline__ int64_t block_expert(const glyd_kparams &p, int64_t *
 	return pick[0];
 }
 
-template <int MT, int NT, int WN, int WK, int U, bool SAFE>
-__device__ __forceinline__ void linear_f12_experts(const glyd_kparams &p, float *smem) {
-	int64_t r0, r1;
-	const int64_t e = block_expert(p, &r0, &r1);
-	if (e < 0) return;
+// The parameters of expert e for the tile code: its planes, escape index,
+// base, bias row, and its rows [r0, r1) of x and y.
+__device__ __forceinline__ glyd_kparams expert_params(const glyd_kparams &p, int64_t e, int64_t r0, int64_t r1) {
 	const glyd_expert ex = ((const glyd_expert *)p.experts)[e];
 	glyd_kparams q = p;
 	q.sm = ex.sm;
@@ -139,19 +139,49 @@ __device__ __forceinline__ void linear_f12_experts(const glyd_kparams &p, float 
 	q.bias = p.bias ? p.bias + (glyd_u64)e * (glyd_u64)p.N * 2u : 0;
 	q.rows = r1 - r0;
 	q.splits = 1;
+	return q;
+}
+
+template <int MT, int NT, int WN, int WK, int U, bool SAFE>
+__device__ __forceinline__ void linear_f12_experts(const glyd_kparams &p, float *smem) {
+	int64_t r0, r1;
+	const int64_t e = block_expert(p, &r0, &r1);
+	if (e < 0) return;
+	const glyd_kparams q = expert_params(p, e, r0, r1);
 	for (int64_t mt = 0; mt * 8 * NT < q.rows; mt++) linear_f12<MT, NT, WN, WK, U, SAFE>(q, smem, mt, blockIdx.y, 0);
+}
+
+// The same over the Hopper (sm_90a) wgmma tiles of linear.cu: 64 weight rows
+// by TB rows of x at a time.
+template <int TB, int KG, int S, int U, int PW, bool SAFE>
+__device__ __forceinline__ void linear_f12w_experts(const glyd_kparams &p, float *smem) {
+	int64_t r0, r1;
+	const int64_t e = block_expert(p, &r0, &r1);
+	if (e < 0) return;
+	const glyd_kparams q = expert_params(p, e, r0, r1);
+	for (int64_t mt = 0; mt * TB < q.rows; mt++) wgmma_tile<TB, KG, S, U, PW, SAFE>(q, smem, mt, blockIdx.y, 0);
 }
 
 #define GLYD_LING(MT, NT, WN, WK, U)                                                                  \
 	GLYD_KERNEL_PAIR(glyd_lin_f12g_m##MT##n##NT##w##WN##k##WK##u##U, (32 * WN * WK), linear_f12_experts, MT, NT, \
 	                 WN, WK, U)
 
+// Launch bounds: the 16- and 32-row tiles capped for 3 blocks per SM like
+// the dense t32 (the expert loop took t16 to 121 registers, 2 blocks per SM;
+// capped it spills 8 bytes, t32 20).
+#define GLYD_LINGW(TB, KG, S, U, PW, BOUNDS)                                                          \
+	GLYD_KERNEL_PAIR(glyd_lin_f12gw_t##TB##k##KG##s##S##u##U##p##PW, BOUNDS, linear_f12w_experts, TB, KG, S, U, PW)
+
 // The grouped configurations (core/gpu/moe.go, groupedConfigs: chosen by the
-// mean rows per expert): tiles of the dense kernel for 8, 16, 32, 64 tokens.
+// mean rows per expert): tiles of the dense kernel for 8, 16, 32, 64 tokens,
+// and on sm_90 the wgmma tiles for 16, 32, 64.
 GLYD_LING(1, 1, 1, 8, 1)
 GLYD_LING(1, 2, 1, 8, 1)
 GLYD_LING(2, 4, 1, 8, 1)
 GLYD_LING(1, 8, 2, 4, 1)
+GLYD_LINGW(16, 1, 4, 4, 2, (192, 3))
+GLYD_LINGW(32, 1, 4, 4, 2, (192, 3))
+GLYD_LINGW(64, 1, 4, 4, 4, (256))
 
 // ---------------------------------------------------------------------------
 // Transposed experts: each expert stored [Ri, Co] = [in, out] (y = x · W, as

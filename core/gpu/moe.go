@@ -197,27 +197,40 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 }
 
 // groupedConfigs are the tile configurations of the grouped kernel
-// (glyd_lin_f12g_*, the GLYD_LING lines of kernels/moe.cu, same order): the
-// dense kernel's tiles for 8, 16, 32 and 64 rows of x at a time.
+// (glyd_lin_f12g*, the GLYD_LING and GLYD_LINGW lines of kernels/moe.cu, same
+// order): the dense kernel's mma.sync tiles for 8, 16, 32 and 64 rows of x at
+// a time, then (sm_90) its wgmma tiles for 16, 32 and 64 (the dense picks
+// of pickConfig at 16, 32 and 64 tokens).
 var groupedConfigs = []linConfig{
 	{1, 1, 1, 8, 1, linRegs, 0, 0},
 	{1, 2, 1, 8, 1, linRegs, 0, 0},
 	{2, 4, 1, 8, 1, linRegs, 0, 0},
 	{1, 8, 2, 4, 1, linRegs, 0, 0},
+	wgConfig(16, 1, 4, 4, 2),
+	wgConfig(32, 1, 4, 4, 2),
+	wgConfig(64, 1, 4, 4, 4),
 }
+
+// groupedWgmma is the index of the first wgmma configuration in groupedConfigs.
+const groupedWgmma = 4
 
 func (c linConfig) groupedName() string { return "glyd_lin_f12g" + c.name()[len("glyd_lin_f12"):] }
 
 // pickGrouped returns the index in groupedConfigs for rows sorted over e
 // experts: the tile whose rows of x cover the mean rows per expert (the host
-// does not see the routing).
-func pickGrouped(rows, e int64) int {
-	for i, c := range groupedConfigs {
-		if rows <= int64(c.tokens())*e || i == len(groupedConfigs)-1 {
+// does not see the routing). On sm_90 (hopper) the wgmma tiles from 9 rows
+// per expert, as the dense kernel.
+func pickGrouped(rows, e int64, hopper bool) int {
+	first, last := 0, groupedWgmma-1
+	if hopper && rows > 8*e {
+		first, last = groupedWgmma, len(groupedConfigs)-1
+	}
+	for i := first; i < last; i++ {
+		if rows <= int64(groupedConfigs[i].tokens())*e {
 			return i
 		}
 	}
-	return 0
+	return last
 }
 
 // transposedSplits is how many slices of the input rows the transposed
@@ -317,14 +330,15 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 		}
 		return launch(dev, kLinTransposedReduce, gridFor(uint64(rows*k), 256, 1<<31-1), 1, 1, 256, 0, stream, &p)
 	}
-	ci := pickGrouped(rows, e)
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	ci := pickGrouped(rows, e, d.hopper())
 	c := groupedConfigs[ci]
 	gy := (n + int64(c.rows()) - 1) / int64(c.rows())
 	if gy > 65535 {
 		return status.Errorf(status.Unsupported, "gpu: %d weight rows is too many for one launch", n)
-	}
-	if _, err := load(dev); err != nil {
-		return err
 	}
 	kidx := kGroupedFirst + 2*ci
 	if safeExperts(w) {

@@ -127,15 +127,24 @@ func TestExpertsTransposed(t *testing.T) {
 
 func TestPickGroupedCoversTheMeanRowsPerExpert(t *testing.T) {
 	for _, c := range []struct {
-		rows, e int64
-		want    string
+		rows, e      int64
+		want, hopper string
 	}{
-		{1, 8, "glyd_lin_f12g_m1n1w1k8u1"}, {8, 128, "glyd_lin_f12g_m1n1w1k8u1"}, {64, 8, "glyd_lin_f12g_m1n1w1k8u1"},
-		{65, 8, "glyd_lin_f12g_m1n2w1k8u1"}, {128, 8, "glyd_lin_f12g_m1n2w1k8u1"}, {129, 8, "glyd_lin_f12g_m2n4w1k8u1"},
-		{256, 8, "glyd_lin_f12g_m2n4w1k8u1"}, {257, 8, "glyd_lin_f12g_m1n8w2k4u1"}, {1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1"},
+		{1, 8, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1"},
+		{8, 128, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1"},
+		{64, 8, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1"},
+		{65, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
+		{128, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
+		{129, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t32k1s4u4p2"},
+		{256, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t32k1s4u4p2"},
+		{257, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4"},
+		{1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4"},
 	} {
-		if got := groupedConfigs[pickGrouped(c.rows, c.e)].groupedName(); got != c.want {
+		if got := groupedConfigs[pickGrouped(c.rows, c.e, false)].groupedName(); got != c.want {
 			t.Errorf("%d rows over %d experts: %s, want %s", c.rows, c.e, got, c.want)
+		}
+		if got := groupedConfigs[pickGrouped(c.rows, c.e, true)].groupedName(); got != c.hopper {
+			t.Errorf("sm_90: %d rows over %d experts: %s, want %s", c.rows, c.e, got, c.hopper)
 		}
 	}
 	for i := range groupedConfigs {
