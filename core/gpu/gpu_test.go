@@ -79,19 +79,19 @@ func TestConfigTable(t *testing.T) {
 	}
 	for _, hopper := range []bool{false, true} {
 		for _, r := range []int64{1, 8, 9, 16, 17, 64, 65, 128, 129, 300, 2048} {
-			i := pickConfig(r, 4096, hopper)
-			if w := pickConfig(r, 24576, hopper); linConfigs[w].Kind != linConfigs[i].Kind {
-				t.Fatalf("rows %d: %s for a wide weight, %s for a narrow one", r, linConfigs[w].name(), linConfigs[i].name())
-			}
-			if i < 0 || i >= len(linConfigs) {
-				t.Fatalf("rows %d -> config %d", r, i)
-			}
-			c := linConfigs[i]
-			if (c.Kind == linWgmma) != (hopper && r > 8) {
-				t.Fatalf("rows %d hopper %v -> %s", r, hopper, c.name())
-			}
-			if int64(c.tokens()) > max(8, 2*r) {
-				t.Fatalf("rows %d -> %s: token tile more than twice the tokens", r, c.name())
+			for _, n := range []int64{4096, 24576} {
+				i := pickConfig(r, n, hopper)
+				if i < 0 || i >= len(linConfigs) {
+					t.Fatalf("rows %d -> config %d", r, i)
+				}
+				// wgmma on sm_90 from 9 tokens, and from 1 on weights of >= 264 row tiles
+				c := linConfigs[i]
+				if (c.Kind == linWgmma) != (hopper && (r > 8 || n/64 >= splitTarget)) {
+					t.Fatalf("rows %d n %d hopper %v -> %s", r, n, hopper, c.name())
+				}
+				if int64(c.tokens()) > max(16, 2*r) {
+					t.Fatalf("rows %d -> %s: token tile more than twice the tokens", r, c.name())
+				}
 			}
 		}
 	}

@@ -101,8 +101,10 @@ var linConfigs = []linConfig{
 // blocks), 16 warps splitting K (twice the warps of u1 in flight: down
 // 0.295 -> 0.279 ms, o 0.138 -> 0.136 for 12 layers, session 3), else one
 // k-block in flight per lane (u1, higher occupancy; qkv 384, gate_up 1536
-// blocks). From 9 tokens on sm_90 (hopper) the wgmma kernel (session 4
-// per-shape sweeps): 16-token tiles to 16 tokens; to 32 tokens 4 k-blocks in
+// blocks); on sm_90 weights of >= 264 tiles of 64 rows (gate_up) take the
+// 16-token wgmma tile already (session 5: gate_up 0.517 -> 0.498 ms at 1
+// token, 0.524 -> 0.501 at 8; the narrower shapes lose with it). From 9
+// tokens on sm_90 (hopper) the wgmma kernel (session 4 per-shape sweeps): 16-token tiles to 16 tokens; to 32 tokens 4 k-blocks in
 // flight per lane at 3 blocks per SM on weights of >= 96 tiles of 64 rows
 // (qkv, gate_up), two warpgroups splitting K on narrower ones (o, down);
 // 64-token tiles beyond, 4 k-blocks in flight at 2 blocks per SM (session 5,
@@ -116,6 +118,8 @@ func pickConfig(rows, n int64, hopper bool) int {
 	}
 	tiles := (n + 63) / 64
 	switch {
+	case hopper && rows <= 8 && tiles >= splitTarget:
+		return 7 // t16k1s4u4p2
 	case rows <= 8:
 		if (n+15)/16 <= splitTarget {
 			return 1 // m1n1w1k16u1
