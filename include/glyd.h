@@ -376,12 +376,15 @@ int glyd_gpu_linear(int device, void *stream, const void *x, int64_t rows,
 
 /* Name of the kernel glyd_gpu_linear runs on `device` for w and `rows`
  * (static storage), for diagnostics and benchmarks. The choice depends on the
- * GPU: sm_90 (H100, H200) runs wgmma kernels (glyd_lin_f12w_*) from 9 rows on. */
+ * GPU: sm_90 (H100, H200) runs wgmma kernels (glyd_lin_f12w_*) from 9 rows on,
+ * and from 1 row on weights of >= 16896 rows. */
 int glyd_gpu_linear_kernel(int device, const glyd_gpu_tensor *w, int64_t rows, const char **name);
 
 /* Benchmarks only: make glyd_gpu_linear use kernel configuration `name` (as
  * returned by glyd_gpu_linear_kernel, or "generic") for every call of the
- * process; NULL or "" restores the automatic choice. NOT_FOUND if unknown. */
+ * process, or glyd_gpu_linear_experts the grouped configuration `name`
+ * (glyd_lin_f12g*: a kernel name of the library without _safe); NULL or ""
+ * restores the automatic choice of both. NOT_FOUND if unknown. */
 int glyd_gpu_force_kernel(const char *name);
 
 /* Benchmarks only: the names glyd_gpu_force_kernel accepts, separated by

@@ -194,19 +194,30 @@ func setOperands(p *C.glyd_kparams, x, bias, y uintptr, rows, n, k int64) {
 	p.splits = 1
 }
 
-var forced atomic.Int32 // 1 + index into linConfigs, 0 = automatic
+var (
+	forced        atomic.Int32 // 1 + index into linConfigs, 0 = automatic, -1 = generic
+	forcedGrouped atomic.Int32 // 1 + index into groupedConfigs, 0 = automatic
+)
 
 // ForceConfig makes Linear use the named kernel configuration (a
-// glyd_lin_f12_* name of KernelNames, without _safe) for every call; "" goes
-// back to the automatic choice. For benchmarks and tests only.
+// glyd_lin_f12_* name of KernelNames, without _safe) for every call, or
+// LinearExperts the named grouped one (glyd_lin_f12g*); "" goes back to the
+// automatic choice for both. For benchmarks and tests only.
 func ForceConfig(name string) error {
 	if name == "" {
 		forced.Store(0)
+		forcedGrouped.Store(0)
 		return nil
 	}
 	for i, c := range linConfigs {
 		if c.name() == name {
 			forced.Store(int32(i + 1))
+			return nil
+		}
+	}
+	for i, c := range groupedConfigs {
+		if c.groupedName() == name {
+			forcedGrouped.Store(int32(i + 1))
 			return nil
 		}
 	}

@@ -221,6 +221,9 @@ func (c linConfig) groupedName() string { return "glyd_lin_f12g" + c.name()[len(
 // does not see the routing). On sm_90 (hopper) the wgmma tiles from 9 rows
 // per expert, as the dense kernel.
 func pickGrouped(rows, e int64, hopper bool) int {
+	if f := forcedGrouped.Load(); f > 0 {
+		return int(f - 1)
+	}
 	first, last := 0, groupedWgmma-1
 	if hopper && rows > 8*e {
 		first, last = groupedWgmma, len(groupedConfigs)-1
@@ -336,6 +339,9 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 	}
 	ci := pickGrouped(rows, e, d.hopper())
 	c := groupedConfigs[ci]
+	if c.Kind == linWgmma && !d.hopper() {
+		return status.Errorf(status.Unsupported, "gpu: %s needs an sm_90 GPU; %s is %d.%d", c.groupedName(), d.info.Name, d.info.Major, d.info.Minor)
+	}
 	gy := (n + int64(c.rows()) - 1) / int64(c.rows())
 	if gy > 65535 {
 		return status.Errorf(status.Unsupported, "gpu: %d weight rows is too many for one launch", n)

@@ -194,3 +194,20 @@ func TestMoeRouteArgumentErrors(t *testing.T) {
 		t.Errorf("no tokens: %v", err)
 	}
 }
+
+func TestForceGroupedConfig(t *testing.T) {
+	defer ForceConfig("")
+	if err := ForceConfig("glyd_lin_f12gw_t64k1s4u4p4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := groupedConfigs[pickGrouped(8, 128, true)].groupedName(); got != "glyd_lin_f12gw_t64k1s4u4p4" {
+		t.Fatalf("forced grouped configuration ignored: %s", got)
+	}
+	if forced.Load() != 0 {
+		t.Fatal("a grouped name forced a dense configuration")
+	}
+	if err := ForceConfig(""); err != nil || pickGrouped(8, 128, true) != 0 {
+		t.Fatal("\"\" did not restore the automatic grouped choice")
+	}
+}
+

@@ -501,10 +501,12 @@ def linear_configs() -> list[str]:
 
 
 def force_kernel(name: str | None) -> None:
-    """Benchmarks only: run kernel configuration `name` for every linear (None: automatic).
-    While a kernel is forced, linear() runs the fused kernel at every row count (no prompt path)."""
+    """Benchmarks only: run kernel configuration `name` for every linear, or the
+    grouped configuration `name` (glyd_lin_f12g*) for every experts linear (None:
+    automatic for both). While a linear configuration is forced, linear() runs the
+    fused kernel at every row count (no prompt path)."""
     _lib.check(_gpu().glyd_gpu_force_kernel(name.encode() if name else None))
-    _FORCED[0] = bool(name)
+    _FORCED[0] = bool(name) and not name.startswith("glyd_lin_f12g")
 
 
 def pack_planes(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):
