@@ -210,4 +210,3 @@ func TestForceGroupedConfig(t *testing.T) {
 		t.Fatal("\"\" did not restore the automatic grouped choice")
 	}
 }
-
