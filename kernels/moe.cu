@@ -25,7 +25,7 @@
  *     the configuration's tile: 16-32 weight rows, 8-64 rows of x at a time)
  *     for its rows. Grid y = ceil(N / weight rows of the tile). Blocks past the last expert with rows return at once.
  *     glyd_lin_f12gw_<config> (sm_90a): the same over linear.cu's wgmma
- *     tiles (64 weight rows, 16-64 rows of x at a time). Needs
+ *     tiles (64 weight rows, 16 or 64 rows of x at a time). Needs
  *     K % 16 == 0, every expert's sm and code 16-byte aligned, x too (the
  *     host checks). p.bias: bf16 [E, N] or 0.
  * glyd_lin_f12t_experts + glyd_lin_f12t_reduce  the same for experts stored
@@ -166,21 +166,19 @@ __device__ __forceinline__ void linear_f12w_experts(const glyd_kparams &p, float
 	GLYD_KERNEL_PAIR(glyd_lin_f12g_m##MT##n##NT##w##WN##k##WK##u##U, (32 * WN * WK), linear_f12_experts, MT, NT, \
 	                 WN, WK, U)
 
-// Launch bounds: the 16- and 32-row tiles capped for 3 blocks per SM like
-// the dense t32 (the expert loop took t16 to 121 registers, 2 blocks per SM;
-// capped it spills 8 bytes, t32 20).
+// Launch bounds: the 16-row tile capped for 3 blocks per SM (the expert loop
+// took it to 121 registers, 2 blocks per SM; capped it spills 8 bytes).
 #define GLYD_LINGW(TB, KG, S, U, PW, BOUNDS)                                                          \
 	GLYD_KERNEL_PAIR(glyd_lin_f12gw_t##TB##k##KG##s##S##u##U##p##PW, BOUNDS, linear_f12w_experts, TB, KG, S, U, PW)
 
 // The grouped configurations (core/gpu/moe.go, groupedConfigs: chosen by the
 // mean rows per expert): tiles of the dense kernel for 8, 16, 32, 64 tokens,
-// and on sm_90 the wgmma tiles for 16, 32, 64.
+// and on sm_90 the wgmma tiles for 16 and 64.
 GLYD_LING(1, 1, 1, 8, 1)
 GLYD_LING(1, 2, 1, 8, 1)
 GLYD_LING(2, 4, 1, 8, 1)
 GLYD_LING(1, 8, 2, 4, 1)
 GLYD_LINGW(16, 1, 4, 4, 2, (192, 3))
-GLYD_LINGW(32, 1, 4, 4, 2, (192, 3))
 GLYD_LINGW(64, 1, 4, 4, 4, (256))
 
 // ---------------------------------------------------------------------------

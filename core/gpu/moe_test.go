@@ -135,8 +135,8 @@ func TestPickGroupedCoversTheMeanRowsPerExpert(t *testing.T) {
 		{64, 8, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1"},
 		{65, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
 		{128, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
-		{129, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t32k1s4u4p2"},
-		{256, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t32k1s4u4p2"},
+		{129, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4"},
+		{256, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4"},
 		{257, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4"},
 		{1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4"},
 	} {

@@ -95,7 +95,7 @@ def check(w, de, counts, tail=0, bias=False, seed=0, xscale=1.0):
     [3, 0, 9, 1, 0, 17, 0, 8],            # several 8-row tiles per expert
     [0, 0, 0, 0, 0, 0, 0, 0],             # nothing routed
     [12, 0, 15, 16, 9, 20, 0, 30],        # mean <= 16 rows: the 16-row tile
-    [33, 20, 1, 40, 31, 25, 30, 26],      # mean <= 32 rows: the 32-row tile
+    [33, 20, 1, 40, 31, 25, 30, 26],      # mean <= 32 rows: the 32-row tile (sm_90: the 64-row one)
     [40, 40, 40, 40, 40, 40, 40, 40],     # a prompt: the 64-row tile
 ])
 @pytest.mark.parametrize("bias", [False, True])
@@ -136,7 +136,7 @@ def test_linear_experts_safe_variant():
     de = _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV))
     check(w, de, [0, 5, 0], xscale=2.0**-120)
     check(w, de, [2, 0, 3])
-    for counts in ([0, 40, 0], [0, 90, 0], [0, 150, 0]):  # the 16-, 32- and 64-row tiles
+    for counts in ([0, 40, 0], [0, 90, 0], [0, 150, 0]):  # the 16-, 32- and 64-row tiles (sm_90: 16, 64, 64)
         check(w, de, counts, xscale=2.0**-120)  # (only expert 1: x * the others would underflow to 0)
 
 
