@@ -142,24 +142,32 @@ __device__ __forceinline__ glyd_kparams expert_params(const glyd_kparams &p, int
 	return q;
 }
 
-template <int MT, int NT, int WN, int WK, int U, bool SAFE>
-__device__ __forceinline__ void linear_f12_experts(const glyd_kparams &p, float *smem) {
+// Runs tile(q, mt) for every TB-row tile mt of this block's expert's rows of
+// x (q: the expert's parameters, expert_params), nothing for a block past
+// the last expert with rows.
+template <int TB, class Tile>
+__device__ __forceinline__ void expert_tiles(const glyd_kparams &p, Tile tile) {
 	int64_t r0, r1;
 	const int64_t e = block_expert(p, &r0, &r1);
 	if (e < 0) return;
 	const glyd_kparams q = expert_params(p, e, r0, r1);
-	for (int64_t mt = 0; mt * 8 * NT < q.rows; mt++) linear_f12<MT, NT, WN, WK, U, SAFE>(q, smem, mt, blockIdx.y, 0);
+	for (int64_t mt = 0; mt * TB < q.rows; mt++) tile(q, mt);
+}
+
+template <int MT, int NT, int WN, int WK, int U, bool SAFE>
+__device__ __forceinline__ void linear_f12_experts(const glyd_kparams &p, float *smem) {
+	expert_tiles<8 * NT>(p, [&](const glyd_kparams &q, int64_t mt) {
+		linear_f12<MT, NT, WN, WK, U, SAFE>(q, smem, mt, blockIdx.y, 0);
+	});
 }
 
 // The same over the Hopper (sm_90a) wgmma tiles of linear.cu: 64 weight rows
 // by TB rows of x at a time.
 template <int TB, int KG, int S, int U, int PW, bool SAFE>
 __device__ __forceinline__ void linear_f12w_experts(const glyd_kparams &p, float *smem) {
-	int64_t r0, r1;
-	const int64_t e = block_expert(p, &r0, &r1);
-	if (e < 0) return;
-	const glyd_kparams q = expert_params(p, e, r0, r1);
-	for (int64_t mt = 0; mt * TB < q.rows; mt++) wgmma_tile<TB, KG, S, U, PW, SAFE>(q, smem, mt, blockIdx.y, 0);
+	expert_tiles<TB>(p, [&](const glyd_kparams &q, int64_t mt) {
+		wgmma_tile<TB, KG, S, U, PW, SAFE>(q, smem, mt, blockIdx.y, 0);
+	});
 }
 
 #define GLYD_LING(MT, NT, WN, WK, U)                                                                  \
