@@ -39,13 +39,16 @@
  * Routing without the host (a decode step is a handful of pairs; torch's
  * sort/histc/cumsum/index_copy/sum chain was ~30 small kernels):
  * glyd_moe_route   ONE block: bins every pair (routed expert, identity
- *     expert, or dropped = bin `experts_total`), counts them in shared memory, scans,
- *     writes p.offs [num_experts] (cumulative end rows of the routed experts)
- *     and places the pairs stably by bin: p.rowof[pair] = its sorted row,
- *     p.tok[row] = its token. Warp 0 places 32 pairs at a time in pair order
+ *     expert, or dropped = bin `experts_total`), scans the counts, writes p.offs
+ *     [num_experts] (cumulative end rows of the routed experts) and places the
+ *     pairs stably by bin: p.rowof[pair] = its sorted row, p.tok[row] = its
+ *     token. W warps (route_warps: up to 32) each take a contiguous range of
+ *     pairs, count it per bin, and place it 32 pairs at a time in pair order
  *     (__match_any_sync: the rank among equal bins of the same 32, plus the
- *     bin's running start), so the order equals a stable sort by bin.
- *     Dynamic shared memory: (experts_total + 2) * 4 + align16(pairs * 2) bytes.
+ *     bin's start, the earlier warps' counts and the warp's running count), so
+ *     the order equals a stable sort by bin. (One warp placing every pair took
+ *     45 us at 4,096 pairs.) Dynamic shared memory: (experts_total + 2) * 4 +
+ *     W * (experts_total + 1) * 4 + align16(pairs * 2) bytes, at most 96 KiB.
  * glyd_moe_combine grid (ceil(hidden / 2048), tokens), 256 threads, 8
  *     features per thread: out[t] = sum over slots s in order of
  *     rw[t*topk+s] * v, v = d[rowof[pair]] (routed), x[t] (identity) or
@@ -346,23 +349,50 @@ __device__ __forceinline__ int32_t route_bin(int64_t id, int64_t total) {
 	return id >= 0 && id < total ? (int32_t)id : (int32_t)total;
 }
 
+// Warps that count and place the pairs, each a contiguous range of them: as
+// many as 32 while their per-bin counts fit in 96 KiB of shared memory beside
+// the bin starts and the pairs' bins (core/gpu/route.go sizes the same).
+__device__ __forceinline__ int route_warps(int64_t P, int32_t NB) {
+	const int64_t room = 96 * 1024 - (int64_t)(NB + 1) * 4 - ((P * 2 + 15) & ~(int64_t)15);
+	const int64_t w = room / ((int64_t)NB * 4);
+	return w < 1 ? 1 : (w > 32 ? 32 : (int)w);
+}
+
 extern "C" __global__ void __launch_bounds__(1024) glyd_moe_route(const glyd_kparams p) {
 	extern __shared__ int32_t rsm[];
 	const int64_t P = p.rows, Z = p.experts_total, E = p.num_experts;
 	const int32_t NB = (int32_t)Z + 1; // bins; start[NB] = P
-	int32_t *start = rsm;              // [NB + 1]: counts, then running starts
-	uint16_t *bins = (uint16_t *)(rsm + NB + 1); // [P] (host: total < 65535)
+	const int W = route_warps(P, NB);
+	int32_t *start = rsm;                          // [NB + 1]: each bin's first row
+	int32_t *cnt = rsm + NB + 1;                   // [W][NB]: each warp's counts, then its offset in the bin
+	uint16_t *bins = (uint16_t *)(cnt + W * NB);   // [P] (host: total < 65535)
 	const int64_t *ids = (const int64_t *)p.ids;
-	const int tid = threadIdx.x, lane = tid & 31;
-	for (int32_t b = tid; b <= NB; b += blockDim.x) start[b] = 0;
+	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	const uint32_t below = (1u << lane) - 1u;
+	const int64_t per = (P + W - 1) / W, lo = warp * per, hi = lo + per < P ? lo + per : P;
+	for (int32_t i = tid; i < W * NB; i += blockDim.x) cnt[i] = 0;
 	__syncthreads();
-	for (int64_t i = tid; i < P; i += blockDim.x) {
-		const int32_t b = route_bin(ids[i], Z);
-		bins[i] = (uint16_t)b;
-		atomicAdd(&start[b], 1);
+	if (warp < W) { // count this warp's pairs per bin (the last of equal bins adds them)
+		for (int64_t i0 = lo; i0 < hi; i0 += 32) {
+			const int64_t i = i0 + lane;
+			const int32_t b = i < hi ? route_bin(ids[i], Z) : -1;
+			if (i < hi) bins[i] = (uint16_t)b;
+			const uint32_t peers = __match_any_sync(0xffffffffu, b);
+			if (i < hi && (peers >> lane) == 1u) cnt[warp * NB + b] += __popc(peers);
+		}
 	}
 	__syncthreads();
-	if (tid < 32) { // exclusive scan of the counts: lane l takes bins [l*C, l*C + C)
+	for (int32_t b = tid; b < NB; b += blockDim.x) { // per bin: the warps' offsets, the total
+		int32_t run = 0;
+		for (int w = 0; w < W; w++) {
+			const int32_t c = cnt[w * NB + b];
+			cnt[w * NB + b] = run;
+			run += c;
+		}
+		start[b] = run;
+	}
+	__syncthreads();
+	if (tid < 32) { // exclusive scan of the totals: lane l takes bins [l*C, l*C + C)
 		const int32_t C = (NB + 31) / 32, b0 = lane * C;
 		int32_t sum = 0;
 		for (int32_t b = b0; b < b0 + C && b < NB; b++) sum += start[b];
@@ -383,19 +413,18 @@ extern "C" __global__ void __launch_bounds__(1024) glyd_moe_route(const glyd_kpa
 	__syncthreads();
 	int32_t *offs = (int32_t *)p.offs;
 	for (int64_t e = tid; e < E; e += blockDim.x) offs[e] = start[e + 1];
-	__syncthreads(); // every offs read start before warp 0 moves it
-	if (tid >= 32) return;
+	if (warp >= W) return;
+	// Each warp places its pairs in pair order: a stable sort by bin.
 	int32_t *rowof = (int32_t *)p.rowof, *tok = (int32_t *)p.tok;
-	const uint32_t below = (1u << lane) - 1u;
-	for (int64_t i0 = 0; i0 < P; i0 += 32) {
+	for (int64_t i0 = lo; i0 < hi; i0 += 32) {
 		const int64_t i = i0 + lane;
-		const int32_t b = i < P ? (int32_t)bins[i] : -1;
+		const int32_t b = i < hi ? (int32_t)bins[i] : -1;
 		const uint32_t peers = __match_any_sync(0xffffffffu, b);
-		const int32_t row = i < P ? start[b] + __popc(peers & below) : 0;
+		const int32_t row = i < hi ? start[b] + cnt[warp * NB + b] + __popc(peers & below) : 0;
 		__syncwarp();
-		if (i < P && (peers >> lane) == 1u) start[b] += __popc(peers); // the last of its peers
+		if (i < hi && (peers >> lane) == 1u) cnt[warp * NB + b] += __popc(peers); // the last of its peers
 		__syncwarp();
-		if (i < P) {
+		if (i < hi) {
 			rowof[i] = row;
 			tok[row] = (int32_t)(i / p.topk);
 		}

@@ -210,3 +210,17 @@ func TestForceGroupedConfig(t *testing.T) {
 		t.Fatal("\"\" did not restore the automatic grouped choice")
 	}
 }
+
+// glyd_moe_route's shared memory stays within 96 KiB at its limits, with at
+// least one warp, and 32 warps at Qwen3-30B-A3B's 512-token prompt.
+func TestRouteWarps(t *testing.T) {
+	for _, c := range [][2]int64{{MoeRouteMaxPairs, MoeRouteMaxExpert + 1}, {4096, 129}, {1, 2}, {MoeRouteMaxPairs, 2}} {
+		w := routeWarps(c[0], c[1])
+		if smem := (c[1]+1)*4 + w*c[1]*4 + (c[0]*2+15)&^15; w < 1 || w > 32 || smem > 96*1024 {
+			t.Fatalf("%d pairs, %d bins: %d warps, %d bytes", c[0], c[1], w, smem)
+		}
+	}
+	if w := routeWarps(4096, 129); w != 32 {
+		t.Fatalf("512 tokens x 8 over 128 experts: %d warps", w)
+	}
+}

@@ -7,8 +7,9 @@ import "C"
 
 import "github.com/glyd/glyd/core/status"
 
-// Limits of MoeRoute: its one block keeps a bin per pair (uint16) and a
-// counter per bin in shared memory, within the 48 KiB every GPU grants.
+// Limits of MoeRoute: its one block keeps a bin per pair (uint16), a start
+// per bin and at least one warp's counts per bin in shared memory, within
+// 96 KiB (every sm_80+ GPU grants 99 KiB or more with the opt-in).
 const (
 	MoeRouteMaxPairs  = 16384
 	MoeRouteMaxExpert = 4000 // total experts (routed + identity)
@@ -40,8 +41,18 @@ func MoeRoute(dev int, stream, ids uintptr, pairs, topk, experts, total int64, o
 	var p C.glyd_kparams
 	p.ids, p.offs, p.tok, p.rowof = C.glyd_u64(ids), C.glyd_u64(offs), C.glyd_u64(tok), C.glyd_u64(rowof)
 	p.rows, p.topk, p.num_experts, p.experts_total = C.glyd_i64(pairs), C.glyd_i64(topk), C.glyd_i64(experts), C.glyd_i64(total)
-	smem := (total+2)*4 + (pairs*2+15)&^15
+	nb := total + 1 // bins
+	w := routeWarps(pairs, nb)
+	smem := (nb+1)*4 + w*nb*4 + (pairs*2+15)&^15
 	return launch(dev, kMoeRoute, 1, 1, 1, 1024, uint32(smem), stream, &p)
+}
+
+// routeWarps is how many warps of glyd_moe_route count and place the pairs
+// (kernels/moe.cu, route_warps): up to 32 while their counts per bin fit in
+// 96 KiB of shared memory with the bin starts and the pairs' bins.
+func routeWarps(pairs, bins int64) int64 {
+	room := 96*1024 - (bins+1)*4 - (pairs*2+15)&^15
+	return max(1, min(32, room/(bins*4)))
 }
 
 // MoeCombine writes out[t] = sum over slots s in order of rw[t*topk+s] * v
