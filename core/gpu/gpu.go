@@ -242,6 +242,16 @@ func load(dev int) (*device, error) {
 // the wgmma kernels.
 func (d *device) hopper() bool { return d.info.Major == 9 && d.info.Minor == 0 }
 
+// canRun reports UNSUPPORTED when configuration c (kernel name) cannot run
+// on the device: the wgmma kernels exist for sm_90 only (a forced choice
+// elsewhere).
+func (d *device) canRun(c linConfig, name string) error {
+	if c.Kind == linWgmma && !d.hopper() {
+		return status.Errorf(status.Unsupported, "gpu: %s needs an sm_90 GPU; %s is %d.%d", name, d.info.Name, d.info.Major, d.info.Minor)
+	}
+	return nil
+}
+
 // launch runs kernel k on the caller's stream.
 func launch(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams) error {
 	var e [C.GLYD_ERRLEN]C.char

@@ -96,22 +96,23 @@ var linConfigs = []linConfig{
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
-// rows. From the configuration sweeps on the H200 (docs/PERFORMANCE.md): at
-// 1-8 tokens, when the 16-row blocks are few (o, down of Qwen3-8B: 256
-// blocks), 16 warps splitting K (twice the warps of u1 in flight: down
-// 0.295 -> 0.279 ms, o 0.138 -> 0.136 for 12 layers, session 3), else one
-// k-block in flight per lane (u1, higher occupancy; qkv 384, gate_up 1536
-// blocks); on sm_90 weights of >= 264 tiles of 64 rows (gate_up) take the
-// 16-token wgmma tile already (session 5: gate_up 0.517 -> 0.498 ms at 1
-// token, 0.524 -> 0.501 at 8; the narrower shapes lose with it). From 9
-// tokens on sm_90 (hopper) the wgmma kernel (session 4 per-shape sweeps): 16-token tiles to 16 tokens; to 32 tokens 4 k-blocks in
-// flight per lane at 3 blocks per SM on weights of >= 96 tiles of 64 rows
-// (qkv, gate_up), two warpgroups splitting K on narrower ones (o, down);
-// 64-token tiles beyond, 4 k-blocks in flight at 2 blocks per SM (session 5,
-// with the grouped epilogue: best on every Qwen3-8B shape at 64 tokens,
-// gate_up 0.772 ms against 0.803 for 3 in flight at 3 blocks per SM).
-// Elsewhere the session-3 sweep: m1n2w1k8u1 to 16
-// tokens, m2n4w1k8u1 to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
+// rows, from the configuration sweeps on the H200 (docs/PERFORMANCE.md):
+//   - 1-8 tokens: when the 16-row blocks are few (o, down of Qwen3-8B: 256
+//     blocks), 16 warps splitting K (twice the warps of u1 in flight: down
+//     0.295 -> 0.279 ms, o 0.138 -> 0.136 for 12 layers, session 3), else
+//     one k-block in flight per lane (u1, higher occupancy; qkv 384, gate_up
+//     1536 blocks); on sm_90 weights of >= 264 tiles of 64 rows (gate_up)
+//     take the 16-token wgmma tile already (session 5: gate_up 0.517 ->
+//     0.498 ms at 1 token, 0.524 -> 0.501 at 8; narrower shapes lose).
+//   - from 9 tokens on sm_90 (hopper), the wgmma kernel (session 4 sweeps):
+//     16-token tiles to 16 tokens; to 32, 4 k-blocks in flight per lane at
+//     3 blocks per SM on weights of >= 96 tiles (qkv, gate_up), two
+//     warpgroups splitting K on narrower ones (o, down); 64-token tiles
+//     beyond, 4 k-blocks in flight at 2 blocks per SM (session 5, with the
+//     grouped epilogue: best on every Qwen3-8B shape at 64 tokens, gate_up
+//     0.772 ms against 0.803 for 3 in flight at 3 blocks per SM).
+//   - elsewhere, the session-3 sweep: m1n2w1k8u1 to 16 tokens, m2n4w1k8u1
+//     to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
 func pickConfig(rows, n int64, hopper bool) int {
 	if f := forced.Load(); f > 0 {
 		return int(f - 1)
@@ -341,8 +342,8 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 	}
 	ci := pickConfig(int64(rows), n, d.hopper())
 	c := linConfigs[ci]
-	if c.Kind == linWgmma && !d.hopper() {
-		return status.Errorf(status.Unsupported, "gpu: %s needs an sm_90 GPU; %s is %d.%d", c.name(), d.info.Name, d.info.Major, d.info.Minor)
+	if err := d.canRun(c, c.name()); err != nil {
+		return err
 	}
 	gy := (n + int64(c.rows()) - 1) / int64(c.rows())
 	gx := (int64(rows) + int64(c.tokens()) - 1) / int64(c.tokens())

@@ -342,8 +342,8 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 	}
 	ci := pickGrouped(rows, e, d.hopper())
 	c := groupedConfigs[ci]
-	if c.Kind == linWgmma && !d.hopper() {
-		return status.Errorf(status.Unsupported, "gpu: %s needs an sm_90 GPU; %s is %d.%d", c.groupedName(), d.info.Name, d.info.Major, d.info.Minor)
+	if err := d.canRun(c, c.groupedName()); err != nil {
+		return err
 	}
 	gy := (n + int64(c.rows()) - 1) / int64(c.rows())
 	if gy > 65535 {
