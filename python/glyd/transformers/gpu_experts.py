@@ -544,8 +544,9 @@ def _decode_all(module, spec: _Spec, counts, xs):
 #: grouped kernel's 16/32/64-row tiles (session 3, docs/PERFORMANCE.md): at 32
 #: pairs per expert the grouped kernel wins (Mixtral-8x7B 128 tokens 1.65 vs
 #: 2.45 ms, Qwen3-30B-A3B 512 tokens 1.22 vs 1.35), at 128 decode-all wins
-#: (Mixtral 512 tokens 3.19 vs 4.07); the crossover interpolates to ~78.
-#: Decided from shapes only. GLYD_MOE_NOSYNC_PAIRS overrides (0: never decode-all).
+#: (Mixtral 512 tokens 3.19 vs 4.07); the crossover interpolates to ~78. With
+#: the sm_90 wgmma tiles (session 5) the two tie at 128 (Mixtral 512 tokens
+#: 3.19 vs 3.16 ms). Decided from shapes only. GLYD_MOE_NOSYNC_PAIRS overrides (0: never decode-all).
 NOSYNC_PAIRS_PER_EXPERT = 64
 
 
