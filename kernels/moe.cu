@@ -28,13 +28,14 @@
  *     tiles (64 weight rows, 16 or 64 rows of x at a time). Needs
  *     K % 16 == 0, every expert's sm and code 16-byte aligned, x too (the
  *     host checks). p.bias: bf16 [E, N] or 0.
- * glyd_lin_f12t_experts + glyd_lin_f12t_reduce  the same for experts stored
- *     transposed, [in, out] (y = x · W[e]; Llama 4, gpt-oss): CUDA cores,
- *     for few rows per expert. Grid (ceil(out/256), S, Z as above): a block
- *     sums its slice of the S splits of the input rows for 256 output columns
- *     into the fp32 workspace p.ws [S][rows][out]; the reduce kernel adds the
- *     S partials in order and rounds. Deterministic, no atomics. See the
- *     comment above the kernel.
+ * glyd_lin_f12t_experts, glyd_lin_f12t1_experts + glyd_lin_f12t_reduce  the
+ *     same for experts stored transposed, [in, out] (y = x · W[e]; Llama 4,
+ *     gpt-oss): CUDA cores, for few rows per expert; 4 tokens per pass, or 1
+ *     (t1: decode steps, four blocks per SM). Grid (ceil(out/256), S, Z as
+ *     above): a block sums its slice of the S splits of the input rows for
+ *     256 output columns into the fp32 workspace p.ws [S][rows][out]; the
+ *     reduce kernel adds the S partials in order and rounds. Deterministic,
+ *     no atomics. See the comments above tescapes and tpass.
  *
  * Routing without the host (a decode step is a handful of pairs; torch's
  * sort/histc/cumsum/index_copy/sum chain was ~30 small kernels):
@@ -215,71 +216,144 @@ __device__ __forceinline__ void decode8_safe_f32(const uint2 s, const uint32_t c
 	}
 }
 
-constexpr int TT = 4; // tokens per pass of the transposed kernel (1 when fewer are left)
-constexpr int UR = 4; // input rows in flight per warp
+constexpr int UR = 4; // input rows per batch of a warp; two batches in flight
 
-// One pass over this warp's input rows [r_lo + warp, r_hi) step 8 for tokens
-// t0 .. t0+NT-1 (rows of x; those >= m1 read as 0), columns c .. c+7.
-template <int NT>
-__device__ __forceinline__ void tpass(const glyd_expert &ex, const uint16_t *x, int64_t Ri, int64_t Co, int64_t c,
-                                      bool cok, int64_t r_lo, int64_t r_hi, int64_t t0, int64_t m1,
-                                      float (&acc)[TT][8]) {
-	const int warp = threadIdx.x >> 5;
-	const uint8_t *sm = (const uint8_t *)ex.sm;
-	const uint8_t *code = (const uint8_t *)ex.code;
-	const uint32_t B4 = ex.base * 0x01010101u;
+// The escape corrections of this warp's input rows r_lo + warp + 8i < r_hi
+// for the block's columns [cb, cb + 256), added to acc (lane l owns columns
+// cb + 8l .. +7) in row order, then column order: deterministic. The row's
+// records are found 32 rows at a time (a scan of their counts), fetched one
+// per lane with the x they need, and broadcast to the owning lane, so a warp
+// waits three round trips per 32 rows instead of one per record.
+template <int NT, int A>
+__device__ __forceinline__ void tescapes(const glyd_expert &ex, const uint16_t *x, int64_t Ri, int64_t cb,
+                                         int64_t r_lo, int64_t r_hi, int64_t t0, int64_t m1, float (&acc)[A][8]) {
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const uint32_t *erows = (const uint32_t *)ex.escrows;
 	const uint2 *recs = (const uint2 *)ex.escrecs;
-	for (int64_t rb = r_lo + warp; rb < r_hi; rb += 8 * UR) {
-		uint2 s[UR];
-		uint32_t cw[UR], e0[UR], e1[UR];
-#pragma unroll
-		for (int u = 0; u < UR; u++) {
-			const int64_t r = rb + 8 * u;
-			s[u] = make_uint2(0, 0);
-			cw[u] = 0;
-			e0[u] = e1[u] = 0;
-			if (r < r_hi) {
-				if (cok) {
-					s[u] = ld_stream8(sm + r * Co + c);
-					cw[u] = ld_stream4(code + (r * Co + c) / 2);
-				}
-				if (erows) {
-					e0[u] = erows[r];
-					e1[u] = erows[r + 1];
-				}
-			}
+	for (int64_t rw = r_lo + warp; rw < r_hi; rw += 8 * 32) {
+		const int64_t r = rw + 8 * lane;
+		uint32_t e0 = 0, n = 0;
+		if (r < r_hi) {
+			e0 = erows[r];
+			n = erows[r + 1] - e0;
 		}
+		uint32_t inc = n;
 #pragma unroll
-		for (int u = 0; u < UR; u++) {
-			const int64_t r = rb + 8 * u;
-			if (r >= r_hi) break;
-			float w[8], xv[NT];
-			decode8_safe_f32(s[u], cw[u], B4, w);
+		for (int o = 1; o < 32; o <<= 1) {
+			const uint32_t v = __shfl_up_sync(0xffffffffu, inc, o);
+			if (lane >= o) inc += v;
+		}
+		const uint32_t excl = inc - n, total = __shfl_sync(0xffffffffu, inc, 31);
+		for (uint32_t q0 = 0; q0 < total; q0 += 32) {
+			const uint32_t q = q0 + lane;
+			int l = 0; // the row lane of record q: the last lane whose first record is <= q
 #pragma unroll
-			for (int t = 0; t < NT; t++) xv[t] = t0 + t < m1 ? bf16_to_f32(x[(t0 + t) * Ri + r]) : 0.f;
+			for (int step = 16; step >= 1; step >>= 1)
+				if (__shfl_sync(0xffffffffu, excl, l + step) <= q) l += step;
+			const uint32_t idx = __shfl_sync(0xffffffffu, e0, l) + q - __shfl_sync(0xffffffffu, excl, l);
+			const int64_t row = rw + 8 * l;
+			uint2 rec = make_uint2(0, 0);
+			if (q < total) rec = recs[idx];
+			const int64_t d = (int64_t)rec.x - cb;
+			const bool mine = q < total && d >= 0 && d < 256;
+			float xv[NT];
 #pragma unroll
-			for (int t = 0; t < NT; t++)
+			for (int t = 0; t < NT; t++) xv[t] = mine && t0 + t < m1 ? bf16_to_f32(x[(t0 + t) * Ri + row]) : 0.f;
+			for (uint32_t m = __ballot_sync(0xffffffffu, mine); m; m &= m - 1) {
+				const int src = __ffs(m) - 1;
+				const int col = __shfl_sync(0xffffffffu, (int)d, src);
+				const uint32_t bits = __shfl_sync(0xffffffffu, rec.y, src);
+				float xs[NT];
 #pragma unroll
-				for (int j = 0; j < 8; j++) acc[t][j] = fmaf(xv[t], w[j], acc[t][j]);
-			for (uint32_t q = e0[u]; q < e1[u]; q++) { // escapes of input row r (warp-uniform loop)
-				const uint2 rec = recs[q];
-				const int64_t d = (int64_t)rec.x - c;
-				if (d >= 0 && d < 8) {
-					const float wt = bf16_to_f32(rec.y), wd = bf16_to_f32(rec.y & 0x807fu);
+				for (int t = 0; t < NT; t++) xs[t] = __shfl_sync(0xffffffffu, xv[t], src);
+				// a select per accumulator: a branch on (col & 7) made ptxas
+				// move acc to local memory to index it
 #pragma unroll
-					for (int j = 0; j < 8; j++)
-						if (j == d) {
+				for (int j = 0; j < 8; j++) {
+					const bool hit = lane == col >> 3 && j == (col & 7);
 #pragma unroll
-							for (int t = 0; t < NT; t++) acc[t][j] = fmaf(xv[t], wt, fmaf(-xv[t], wd, acc[t][j]));
-						}
+					for (int t = 0; t < NT; t++) {
+						const float v = add_escape(acc[t][j], xs[t], bits, 0u);
+						acc[t][j] = hit ? v : acc[t][j];
+					}
 				}
 			}
 		}
 	}
 }
 
-extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_experts(const glyd_kparams p) {
+// This warp's input rows, UR at a time: one batch of the planes and of x.
+// Lane l < UR*NT fetches x of row u = l % UR, token t = l / UR; the lanes
+// read it by shuffle. Rows past r_hi or columns past Co decode to +0 (all
+// codes 15 under the safe decode, sign and mantissa 0) times x = 0.
+template <int NT>
+struct TBatch {
+	uint2 s[UR];
+	uint32_t cw[UR];
+	uint32_t xb;
+};
+
+// One pass over this warp's input rows [r_lo + warp, r_hi) step 8 for tokens
+// t0 .. t0+NT-1 (rows of x; those >= m1 read as 0), columns c .. c+7: the
+// escape corrections first (tescapes, behind the first batch's loads), then
+// the decoded weights times x, the next batch in flight.
+template <int NT, int A>
+__device__ __forceinline__ void tpass(const glyd_expert &ex, const uint16_t *x, int64_t Ri, int64_t Co, int64_t c,
+                                      bool cok, int64_t r_lo, int64_t r_hi, int64_t t0, int64_t m1,
+                                      float (&acc)[A][8]) {
+	static_assert(UR * NT <= 32 && NT <= A, "a lane fetches one x per batch");
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const uint8_t *sm = (const uint8_t *)ex.sm;
+	const uint8_t *code = (const uint8_t *)ex.code;
+	const uint32_t B4 = ex.base * 0x01010101u;
+	// the lane's planes at row rb (moved on by a batch's rows each load)
+	const uint8_t *smp = pin(sm + (r_lo + warp) * Co + c), *cdp = pin(code + ((r_lo + warp) * Co + c) / 2);
+	auto load = [&](TBatch<NT> &b, int64_t rb) {
+#pragma unroll
+		for (int u = 0; u < UR; u++) {
+			const int64_t r = rb + 8 * u;
+			b.s[u] = make_uint2(0, 0);
+			b.cw[u] = 0xffffffffu;
+			if (r < r_hi && cok) {
+				b.s[u] = ld_stream8(smp + 8 * u * Co);
+				b.cw[u] = ld_stream4(cdp + 4 * u * Co);
+			}
+		}
+		smp += 8 * UR * Co;
+		cdp += 4 * UR * Co;
+		const int u = lane % UR, t = lane / UR;
+		const int64_t r = rb + 8 * u;
+		b.xb = 0;
+		if (t < NT && r < r_hi && t0 + t < m1) b.xb = x[(t0 + t) * Ri + r];
+	};
+	auto compute = [&](const TBatch<NT> &b) {
+#pragma unroll
+		for (int u = 0; u < UR; u++) {
+			float w[8], xv[NT];
+			decode8_safe_f32(b.s[u], b.cw[u], B4, w);
+#pragma unroll
+			for (int t = 0; t < NT; t++) xv[t] = bf16_to_f32(__shfl_sync(0xffffffffu, b.xb, t * UR + u));
+#pragma unroll
+			for (int t = 0; t < NT; t++)
+#pragma unroll
+				for (int j = 0; j < 8; j++) acc[t][j] = fmaf(xv[t], w[j], acc[t][j]);
+		}
+	};
+	TBatch<NT> cur, nxt;
+	const int64_t rb0 = r_lo + warp;
+	load(cur, rb0);
+	if (ex.escrows) tescapes<NT, A>(ex, x, Ri, c - 8 * lane, r_lo, r_hi, t0, m1, acc);
+	for (int64_t rb = rb0; rb < r_hi; rb += 8 * UR) {
+		if (rb + 8 * UR < r_hi) load(nxt, rb + 8 * UR);
+		compute(cur);
+		cur = nxt;
+	}
+}
+
+// Tokens per pass TT: 4, or 1 for the launches where an expert gets about
+// one row (decode steps): its accumulators leave room for four blocks per SM.
+template <int TT>
+__device__ __forceinline__ void transposed_experts(const glyd_kparams &p) {
 	__shared__ float red[7][TT][256]; // warps 1..7: [warp-1][token][column in the tile]
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	int64_t m0, m1;
@@ -299,10 +373,10 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_experts(const gl
 		for (int t = 0; t < TT; t++)
 #pragma unroll
 			for (int j = 0; j < 8; j++) acc[t][j] = 0.f;
-		if (m1 - t0 == 1)
-			tpass<1>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
+		if (TT == 1 || m1 - t0 == 1)
+			tpass<1, TT>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
 		else
-			tpass<TT>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
+			tpass<TT, TT>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
 		// the 8 warps' sums, added in warp order; warp 0 stores the split's partials
 		if (warp > 0) {
 #pragma unroll
@@ -328,6 +402,13 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_experts(const gl
 		}
 		__syncthreads(); // red is reused by the next pass
 	}
+}
+
+extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_experts(const glyd_kparams p) {
+	transposed_experts<4>(p);
+}
+extern "C" __global__ void __launch_bounds__(256, 4) glyd_lin_f12t1_experts(const glyd_kparams p) {
+	transposed_experts<1>(p);
 }
 
 // y[m][c] = bf16(the sum, in split order, of ws[s][m][c] over the p.splits splits) for

@@ -135,6 +135,7 @@ var kernelNames = []string{
 	"glyd_decode_f12_groups",
 	"glyd_escape_scatter_groups",
 	"glyd_lin_f12t_experts",
+	"glyd_lin_f12t1_experts",
 	"glyd_lin_f12t_reduce",
 	"glyd_moe_route",
 	"glyd_moe_combine",
@@ -160,6 +161,7 @@ const (
 	kDecodeF12Groups
 	kEscapeScatterGroups
 	kLinTransposed
+	kLinTransposed1
 	kLinTransposedReduce
 	kMoeRoute
 	kMoeCombine

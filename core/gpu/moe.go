@@ -239,14 +239,25 @@ func pickGrouped(rows, e int64, hopper bool) int {
 	return last
 }
 
+// transposedOne reports whether the transposed kernel takes one token per
+// pass (glyd_lin_f12t1_experts: 64 registers, four blocks per SM): when the
+// experts get at most one row each on average (decode steps), else four
+// (glyd_lin_f12t_experts: 111 registers, two blocks per SM).
+func transposedOne(e, rows int64) bool { return rows <= e }
+
 // transposedSplits is how many slices of the input rows the transposed
-// kernel sums separately (grid y): enough blocks for two per SM of a 132-SM
-// GPU, each warp with >= 8 input rows. A constant of the shapes only, so the
-// workspace bound and the result bits do not depend on the GPU.
+// kernel sums separately (grid y): as many as keep the blocks within one
+// wave of a 132-SM GPU at the kernel's blocks per SM, each warp with >= 8
+// input rows. A constant of the shapes only, so the workspace bound and the
+// result bits do not depend on the GPU.
 func transposedSplits(e, ri, co, rows int64) int64 {
 	z := min(e, rows)
 	tiles := (co + 255) / 256
-	return max(1, min((2*splitTarget+tiles*z-1)/(tiles*z), ri/64, 32))
+	perSM := int64(2)
+	if transposedOne(e, rows) {
+		perSM = 4
+	}
+	return max(1, min(perSM*splitTarget/2/(tiles*z), ri/64, 32))
 }
 
 // ExpertsWorkspaceBound is the workspace LinearExperts needs, in bytes: 0 for
@@ -331,7 +342,11 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 		p.K, p.N = C.glyd_i64(n), C.glyd_i64(k)
 		p.ws = C.glyd_u64(ws)
 		p.splits = C.glyd_u32(s)
-		if err := launch(dev, kLinTransposed, uint32(tiles), uint32(s), uint32(z), 256, 0, stream, &p); err != nil {
+		kern := kLinTransposed
+		if transposedOne(e, rows) {
+			kern = kLinTransposed1
+		}
+		if err := launch(dev, kern, uint32(tiles), uint32(s), uint32(z), 256, 0, stream, &p); err != nil {
 			return err
 		}
 		return launch(dev, kLinTransposedReduce, gridFor(uint64(rows*k), 256, 1<<31-1), 1, 1, 256, 0, stream, &p)

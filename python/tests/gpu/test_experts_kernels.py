@@ -210,6 +210,21 @@ def test_linear_experts_transposed_wide():
     check(w, de, [2, 3, 4])
 
 
+def test_linear_experts_transposed_one_token_passes():
+    # at most one row per expert on average: the one-token kernel, which loops over an
+    # expert's rows one at a time (expert 1 has three)
+    w, _, de = experts(8, 320, 264, seed=24, transposed=True)
+    check(w, de, [0, 3, 0, 0, 0, 0, 1, 0], tail=1)
+
+
+def test_linear_experts_transposed_tall():
+    # 8,320 input rows: 32 splits of 260 rows, so a warp's 32-row escape chunks wrap
+    # (rows 0 and 1 of expert 0 are all escapes: 64 records each); both kernels
+    w, _, de = experts(2, 8320, 64, seed=25, transposed=True)
+    check(w, de, [1, 0])
+    check(w, de, [2, 3], tail=1)
+
+
 def test_linear_experts_transposed_errors():
     w, _, de = experts(2, 64, 32, seed=22, transposed=True)
     x = torch.randn(3, 64, device=DEV).to(torch.bfloat16)
