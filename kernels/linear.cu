@@ -582,23 +582,19 @@ __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *s
 	wgmma_tile<TB, KG, S, U, PW, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
-// The launch bounds: (threads), or (threads, blocks per SM the registers
-// must allow: ptxas caps them) for GLYD_LINW3. A minimum of 1 is not
-// neutral: ptxas then spent 15 more registers on t16k1s4u4p2 and lost 9%.
-#define GLYD_LINW(TB, KG, S, U, PW)                                                                   \
-	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, (128 * KG + 32 * PW), linear_f12_wgmma, TB, \
-	                 KG, S, U, PW)
-#define GLYD_LINW3(TB, KG, S, U, PW)                                                                  \
-	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, (128 * KG + 32 * PW, 3), linear_f12_wgmma, \
-	                 TB, KG, S, U, PW)
+// BOUNDS: the launch bounds, (threads) or (threads, blocks per SM the
+// registers must allow: ptxas caps them). A minimum of 1 is not neutral:
+// ptxas then spent 15 more registers on t16k1s4u4p2 and lost 9%.
+#define GLYD_LINW(TB, KG, S, U, PW, BOUNDS)                                                           \
+	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, BOUNDS, linear_f12_wgmma, TB, KG, S, U, PW)
 
-GLYD_LINW(16, 1, 4, 2, 2)
-GLYD_LINW(16, 1, 4, 4, 2)
-GLYD_LINW(16, 2, 4, 2, 2)
-GLYD_LINW(32, 1, 4, 2, 2)
-GLYD_LINW(32, 2, 4, 2, 2)
-GLYD_LINW3(32, 1, 4, 4, 2)
-GLYD_LINW(64, 1, 4, 4, 4)
+GLYD_LINW(16, 1, 4, 2, 2, (192))
+GLYD_LINW(16, 1, 4, 4, 2, (192))
+GLYD_LINW(16, 2, 4, 2, 2, (320))
+GLYD_LINW(32, 1, 4, 2, 2, (192))
+GLYD_LINW(32, 2, 4, 2, 2, (320))
+GLYD_LINW(32, 1, 4, 4, 2, (192, 3))
+GLYD_LINW(64, 1, 4, 4, 4, (256))
 
 // The dense kernels: one output tile per block, at the block's indices.
 template <int MT, int NT, int WN, int WK, int U, bool SAFE>

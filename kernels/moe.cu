@@ -185,13 +185,14 @@ __device__ __forceinline__ void linear_f12w_experts(const glyd_kparams &p, float
 
 // The grouped configurations (core/gpu/moe.go, groupedConfigs: chosen by the
 // mean rows per expert): tiles of the dense kernel for 8, 16, 32, 64 tokens,
-// and on sm_90 the wgmma tiles for 16 and 64.
+// and on sm_90 the wgmma tiles for 16, 64 and 128.
 GLYD_LING(1, 1, 1, 8, 1)
 GLYD_LING(1, 2, 1, 8, 1)
 GLYD_LING(2, 4, 1, 8, 1)
 GLYD_LING(1, 8, 2, 4, 1)
 GLYD_LINGW(16, 1, 4, 4, 2, (192, 3))
 GLYD_LINGW(64, 1, 4, 4, 4, (256))
+GLYD_LINGW(128, 1, 4, 2, 2, (192))
 
 // ---------------------------------------------------------------------------
 // Transposed experts: each expert stored [Ri, Co] = [in, out] (y = x · W, as

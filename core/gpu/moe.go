@@ -199,8 +199,8 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 // groupedConfigs are the tile configurations of the grouped kernel
 // (glyd_lin_f12g*, the GLYD_LING and GLYD_LINGW lines of kernels/moe.cu, same
 // order): the dense kernel's mma.sync tiles for 8, 16, 32 and 64 rows of x at
-// a time, then (sm_90) its wgmma tiles for 16 and 64 (the dense picks of
-// pickConfig at 16 and 64 tokens).
+// a time, then (sm_90) its wgmma tiles for 16, 64 and 128 (the dense picks
+// of pickConfig at 16, 64 and 128 tokens).
 var groupedConfigs = []linConfig{
 	{1, 1, 1, 8, 1, linRegs, 0, 0},
 	{1, 2, 1, 8, 1, linRegs, 0, 0},
@@ -208,6 +208,7 @@ var groupedConfigs = []linConfig{
 	{1, 8, 2, 4, 1, linRegs, 0, 0},
 	wgConfig(16, 1, 4, 4, 2),
 	wgConfig(64, 1, 4, 4, 4),
+	wgConfig(128, 1, 4, 2, 2),
 }
 
 // groupedWgmma is the index of the first wgmma configuration in groupedConfigs.

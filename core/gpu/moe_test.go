@@ -137,8 +137,9 @@ func TestPickGroupedCoversTheMeanRowsPerExpert(t *testing.T) {
 		{128, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
 		{129, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4"},
 		{256, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4"},
-		{257, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4"},
-		{1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4"},
+		{512, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4"},
+		{513, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2"},
+		{1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2"},
 	} {
 		if got := groupedConfigs[pickGrouped(c.rows, c.e, false)].groupedName(); got != c.want {
 			t.Errorf("%d rows over %d experts: %s, want %s", c.rows, c.e, got, c.want)

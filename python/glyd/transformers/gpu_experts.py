@@ -21,11 +21,12 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
     (all-experts layout, up to ``ALL_EXPERTS_GROUPED_TOKENS`` tokens): the rows
     with a non-zero router score are gathered on the device first. No host
     synchronization: the block can be captured in a CUDA graph.
-  - *no-sync decode-all* (prompts with many pairs per expert): every expert
-    decoded in two launches (``glyd_gpu_decode_experts``), then torch's
-    ``grouped_mm`` over the pairs, offsets on the device.
+  - *no-sync decode-all* (prompts with many pairs per expert, and Llama 4
+    prompts on a GPU, their rows gathered as above): every expert decoded in
+    two launches (``glyd_gpu_decode_experts``), then torch's ``grouped_mm``
+    over the pairs, offsets on the device.
   - *routed* (everything else: ``smallest``, DBRX's 2-D weights, Aria and
-    JetMoE, Llama 4 prompts, shapes the kernels cannot read aligned, or
+    JetMoE, shapes the kernels cannot read aligned, or
     GLYD_MOE_GROUPED=0): pairs sorted by expert with one host
     synchronization (the per-expert counts); for each expert that receives
     tokens, gate/up and down
@@ -544,18 +545,26 @@ def _decode_all(module, spec: _Spec, counts, xs):
 #: grouped kernel's 16/32/64-row tiles (session 3, docs/PERFORMANCE.md): at 32
 #: pairs per expert the grouped kernel wins (Mixtral-8x7B 128 tokens 1.65 vs
 #: 2.45 ms, Qwen3-30B-A3B 512 tokens 1.22 vs 1.35), at 128 decode-all wins
-#: (Mixtral 512 tokens 3.19 vs 4.07); the crossover interpolates to ~78. With
-#: the sm_90 wgmma tiles (session 5) the two tie at 128 (Mixtral 512 tokens
-#: 3.19 vs 3.16 ms). Decided from shapes only. GLYD_MOE_NOSYNC_PAIRS overrides (0: never decode-all).
+#: (Mixtral 512 tokens 3.19 vs 4.07); the crossover interpolates to ~78.
 NOSYNC_PAIRS_PER_EXPERT = 64
+#: The same on sm_90, whose grouped kernel has wgmma tiles of 16, 64 and 128
+#: rows (session 6): at 128 pairs per expert the grouped kernel wins (Mixtral
+#: 512 tokens 2.62 vs 3.17 ms), at 256 decode-all (Mixtral 1024 tokens 4.20 vs
+#: 3.53); the crossover interpolates to ~186.
+NOSYNC_PAIRS_PER_EXPERT_SM90 = 192
 
 
 def nosync(spec: _Spec, pairs: int, device) -> bool:
     """True when the default path for `pairs` (token, expert) pairs never waits for
-    the host (decode all experts + grouped_mm), hence can be captured in a CUDA graph."""
+    the host (decode all experts + grouped_mm), hence can be captured in a CUDA graph.
+    Decided from the shapes and the GPU's architecture; GLYD_MOE_NOSYNC_PAIRS
+    overrides the pairs per expert (0: never decode-all)."""
     if (device.type != "cuda" and not _FORCE) or spec.kind != "fused" or spec.all_experts or not spec.num_experts:
         return False
-    per = int(os.environ.get("GLYD_MOE_NOSYNC_PAIRS", NOSYNC_PAIRS_PER_EXPERT))
+    default = NOSYNC_PAIRS_PER_EXPERT
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0):
+        default = NOSYNC_PAIRS_PER_EXPERT_SM90
+    per = int(os.environ.get("GLYD_MOE_NOSYNC_PAIRS", default))
     return per > 0 and pairs >= per * spec.num_experts
 
 
@@ -705,40 +714,33 @@ def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor
 
 #: Llama 4 (all-experts layout): up to this many tokens, the grouped kernel
 #: without a host synchronization (rows with a non-zero score gathered on the
-#: device); above, one synchronization and per-expert calls.
+#: device); above, on a GPU, every expert decoded and torch's grouped_mm over
+#: the gathered rows, also without one (elsewhere one synchronization and
+#: per-expert calls).
 ALL_EXPERTS_GROUPED_TOKENS = 16
 
 
 def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[torch.Tensor]:
-    """Llama 4 through the grouped kernel, or None when it does not apply."""
+    """Llama 4 through the grouped kernel (decode steps) or decode-all + grouped_mm
+    (prompts), both without a host synchronization; None when neither applies."""
     E = spec.num_experts
     H = hidden.shape[-1]
     flat = hidden.reshape(-1, H)
     T = flat.shape[0] // E
-    if T > ALL_EXPERTS_GROUPED_TOKENS or not grouped_kernel(module, spec, hidden.device):
+    if T > ALL_EXPERTS_GROUPED_TOKENS:
+        if flat.device.type != "cuda" or not _route_on_device(spec, flat, E * T):
+            return None
+        from transformers.integrations.moe import _grouped_linear
+
+        def decoded_mm(ew: ExpertWeights, x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+            return _grouped_linear(x, decode_groups(ew.holder, None), offs, is_transposed=ew.transposed)
+
+        return _all_experts_on_device(module, spec, flat.contiguous(), T, decoded_mm)
+    if not grouped_kernel(module, spec, hidden.device):
         return None
     flat = flat.contiguous()
     if _route_on_device(spec, flat, E * T):
-        from .. import _gpu
-
-        # every row a pair of its own (top-1), routed to its expert or, if zero, dropped
-        # (sorted last); the kernels get only the first R sorted rows: their grids
-        # and splits are sized by the rows they are given
-        k = module.__dict__.get("_glyd_top_k") or E
-        R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
-        nz = (flat != 0).any(dim=-1)
-        ids = torch.where(nz, torch.arange(E * T, device=flat.device) // T, -1)
-        offs, tok, rows = _gpu.moe_route(ids, 1, E)
-        xs = flat.index_select(0, tok[:R])
-        wi = expert_weights(module, spec.w_in, spec.transposed)
-        wd = expert_weights(module, "down_proj", spec.transposed)
-        h = _gate(module, spec, wi.grouped().linear(xs, offs))
-        if h.dtype != flat.dtype:
-            h = h.to(flat.dtype)
-        d = torch.empty_like(flat)  # rows past R are never read (only routed rows are)
-        wd.grouped().linear(h.contiguous(), offs, out=d[:R])
-        ones = torch.ones(E * T, 1, dtype=torch.float32, device=flat.device)
-        return _gpu.moe_combine(flat, d, ones, ids, rows, E)  # d's rows back in place, zero rows 0
+        return _all_experts_on_device(module, spec, flat, T, lambda ew, x, offs: ew.grouped().linear(x, offs))
     k = module.__dict__.get("_glyd_top_k") or E
     R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
     nz = (flat != 0).any(dim=-1)
@@ -759,6 +761,32 @@ def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[
     out = torch.zeros_like(flat)
     out.index_copy_(0, sel, d.masked_fill(~real, 0))
     return out
+
+
+def _all_experts_on_device(module, spec: _Spec, flat: torch.Tensor, T: int, mm) -> torch.Tensor:
+    """Llama 4 with the routing on the device: every row of flat [E*T, H] a pair of
+    its own (top-1), routed to its expert or, if zero, dropped (sorted last); the
+    first R sorted rows gathered, mm(expert weights, rows, offsets) for gate/up and
+    down, then moe_combine puts each row back in place (zero rows 0). The kernels
+    get only the R rows: their grids and splits are sized by the rows they are given."""
+    from .. import _gpu
+
+    E = spec.num_experts
+    k = module.__dict__.get("_glyd_top_k") or E
+    R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
+    nz = (flat != 0).any(dim=-1)
+    ids = torch.where(nz, torch.arange(E * T, device=flat.device) // T, -1)
+    offs, tok, rows = _gpu.moe_route(ids, 1, E)
+    xs = flat.index_select(0, tok[:R])
+    wi = expert_weights(module, spec.w_in, spec.transposed)
+    wd = expert_weights(module, "down_proj", spec.transposed)
+    h = _gate(module, spec, mm(wi, xs, offs))
+    if h.dtype != flat.dtype:
+        h = h.to(flat.dtype)
+    d = torch.empty_like(flat)  # rows past R are never read (only routed rows are)
+    d[:R] = mm(wd, h.contiguous(), offs)
+    ones = torch.ones(E * T, 1, dtype=torch.float32, device=flat.device)
+    return _gpu.moe_combine(flat, d, ones, ids, rows, E)
 
 
 def _all_experts_forward(module, spec: _Spec, hidden: torch.Tensor) -> torch.Tensor:
@@ -855,6 +883,8 @@ def path_of(module, args, kwargs) -> str:
         T = x.reshape(-1, x.shape[-1]).shape[0] // max(spec.num_experts, 1)
         if T <= ALL_EXPERTS_GROUPED_TOKENS and grouped_kernel(module, spec, x.device):
             return "grouped-kernel"
+        if T > ALL_EXPERTS_GROUPED_TOKENS and x.device.type == "cuda" and _route_on_device(spec, x, T * spec.num_experts):
+            return "nosync"
         return "all-experts"
     if spec.kind == "fused":
         idx, _ = _routing_args(module, args, kwargs)

@@ -97,6 +97,7 @@ def check(w, de, counts, tail=0, bias=False, seed=0, xscale=1.0):
     [12, 0, 15, 16, 9, 20, 0, 30],        # mean <= 16 rows: the 16-row tile
     [33, 20, 1, 40, 31, 25, 30, 26],      # mean <= 32 rows: the 32-row tile (sm_90: the 64-row one)
     [40, 40, 40, 40, 40, 40, 40, 40],     # a prompt: the 64-row tile
+    [70, 130, 0, 300, 64, 65, 1, 128],    # mean > 64 rows: sm_90's 128-row tile (partial, several)
 ])
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_experts(counts, bias):
