@@ -97,19 +97,6 @@ __device__ __forceinline__ void decode16(const uint4 s, const uint2 c, const uin
 	}
 }
 
-// 16 activations (a = k 0..7, b = k 8..15) -> 8 bf16x2 words in decode16's
-// pair order, so that the dot product pairs each weight with its activation.
-__device__ __forceinline__ void permute16(const uint4 a, const uint4 b, uint32_t (&X)[8]) {
-	X[0] = __byte_perm(a.x, a.z, 0x5410); // (0,4)
-	X[1] = __byte_perm(a.y, a.w, 0x5410); // (2,6)
-	X[2] = __byte_perm(a.x, a.z, 0x7632); // (1,5)
-	X[3] = __byte_perm(a.y, a.w, 0x7632); // (3,7)
-	X[4] = __byte_perm(b.x, b.z, 0x5410); // (8,12)
-	X[5] = __byte_perm(b.y, b.w, 0x5410); // (10,14)
-	X[6] = __byte_perm(b.x, b.z, 0x7632); // (9,13)
-	X[7] = __byte_perm(b.y, b.w, 0x7632); // (11,15)
-}
-
 // The escape correction of one output: v + x*(w_true - w_decoded) for the
 // escape record r (k, true bf16 bits) of its row, whose weight the kernel
 // decoded with exponent ebase.
@@ -350,7 +337,14 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 					xb = ld_act16(xr[nt] + k0 + 8);
 				}
 				uint32_t XB[8];
-				permute16(xa, xb, XB);
+				XB[0] = __byte_perm(xa.x, xa.z, 0x5410); // (0,4)
+				XB[1] = __byte_perm(xa.y, xa.w, 0x5410); // (2,6)
+				XB[2] = __byte_perm(xa.x, xa.z, 0x7632); // (1,5)
+				XB[3] = __byte_perm(xa.y, xa.w, 0x7632); // (3,7)
+				XB[4] = __byte_perm(xb.x, xb.z, 0x5410); // (8,12)
+				XB[5] = __byte_perm(xb.y, xb.w, 0x5410); // (10,14)
+				XB[6] = __byte_perm(xb.x, xb.z, 0x7632); // (9,13)
+				XB[7] = __byte_perm(xb.y, xb.w, 0x7632); // (11,15)
 #pragma unroll
 				for (int s = 0; s < 4; s++)
 #pragma unroll
@@ -499,8 +493,11 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 #pragma unroll
 				for (int i = 0; i < BATCH; i++) {
 					const int item = lane + (i0 + i) * 32, tok = item >> 2, ch = item & 3;
-					uint32_t w[8];
-					permute16(xv[i][0], xv[i][1], w);
+					const uint4 a = xv[i][0], b = xv[i][1];
+					const uint32_t w[8] = {__byte_perm(a.x, a.z, 0x5410), __byte_perm(a.y, a.w, 0x5410),
+					                       __byte_perm(a.x, a.z, 0x7632), __byte_perm(a.y, a.w, 0x7632),
+					                       __byte_perm(b.x, b.z, 0x5410), __byte_perm(b.y, b.w, 0x5410),
+					                       __byte_perm(b.x, b.z, 0x7632), __byte_perm(b.y, b.w, 0x7632)};
 					const uint32_t base = ring_s + stage * STAGE + (tok >> 3) * 1024 + (tok & 7) * 16 + 4 * ch;
 #pragma unroll
 					for (int q = 0; q < 8; q++)
