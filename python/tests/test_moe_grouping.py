@@ -230,3 +230,22 @@ def test_glyd_experts_implementation_registered(tiny_model):
     with torch.no_grad():
         b = model(**inputs).logits
     assert torch.equal(a, b)
+
+
+def test_nosync_threshold_by_architecture(monkeypatch):
+    # decode-all from 64 pairs per expert, 192 on sm_90 (its grouped kernel has the
+    # 128-row wgmma tile); GLYD_MOE_NOSYNC_PAIRS overrides, 0 never
+    import types
+
+    spec = types.SimpleNamespace(kind="fused", all_experts=False, num_experts=8)
+    dev = torch.device("cuda", 0)
+    monkeypatch.delenv("GLYD_MOE_NOSYNC_PAIRS", raising=False)
+    for cap, per in (((9, 0), gpu_experts.NOSYNC_PAIRS_PER_EXPERT_SM90), ((8, 0), gpu_experts.NOSYNC_PAIRS_PER_EXPERT),
+                     ((10, 0), gpu_experts.NOSYNC_PAIRS_PER_EXPERT)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None, c=cap: c)
+        assert not gpu_experts.nosync(spec, per * 8 - 1, dev), cap
+        assert gpu_experts.nosync(spec, per * 8, dev), cap
+    monkeypatch.setenv("GLYD_MOE_NOSYNC_PAIRS", "0")
+    assert not gpu_experts.nosync(spec, 10 ** 6, dev)
+    monkeypatch.setenv("GLYD_MOE_NOSYNC_PAIRS", "2")
+    assert gpu_experts.nosync(spec, 16, dev)
