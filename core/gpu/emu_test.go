@@ -1,11 +1,13 @@
 package gpu
 
 import (
+	"math"
 	"os"
 	"runtime"
 	"testing"
 	"unsafe"
 
+	"github.com/glyd/glyd/core/bf16"
 	"github.com/glyd/glyd/core/codec"
 )
 
@@ -96,4 +98,123 @@ func TestPackEmulated(t *testing.T) {
 			runtime.KeepAlive(bufs)
 		}
 	}
+}
+
+// TestTransposedExpertsEmulated runs BuildExpertsTable and LinearExperts on
+// experts stored transposed ([E, in, out]) through kernels/emu's fake libcuda:
+// the kernels of moe.cu on the CPU, both the one-token-per-pass kernel (rows
+// <= experts) and the four-token one, against a float64 product of the
+// decoded (source) weights, and twice for the same bits. The weights carry
+// escapes: whole input rows of zeros (more records than a warp's 32 lanes),
+// outliers, and random bit patterns. Run it with kernels/emu/run.sh; skipped
+// otherwise.
+func TestTransposedExpertsEmulated(t *testing.T) {
+	if os.Getenv("GLYD_FAKE_CUDA") == "" {
+		t.Skip("set GLYD_FAKE_CUDA and LD_LIBRARY_PATH to the fake libcuda (kernels/emu/run.sh)")
+	}
+	s := uint32(5)
+	rnd := func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
+	bf := func(v float64) uint16 { return bf16.FromFloat32(float32(v)) }
+	const e, in, out = 3, 600, 264 // 600 input rows: 9 splits; 264 columns: a partial second tile
+	w := make([]uint16, e*in*out)
+	for i := range w {
+		switch {
+		case rnd()%300 == 0:
+			w[i] = uint16(rnd()) // any bit pattern: mostly escapes
+		default:
+			w[i] = uint16(rnd()&0x807f) | uint16(118+rnd()%4+rnd()%4)<<7
+		}
+		if f := bf16.ToFloat32(w[i]); f != f || f > 1e4 || f < -1e4 { // keep the sums finite
+			w[i] = 0x3f80
+		}
+	}
+	for x := 0; x < e; x++ {
+		for j := 0; j < out; j++ {
+			w[(x*in+7)*out+j] = 0 // an input row of zeros: 264 escape records
+		}
+		w[(x*in+100)*out+5] = 0x4f00 // outliers
+		w[(x*in+in-1)*out+out-1] = 0x8001
+	}
+	pk, err := codec.Pack(w, codec.BF16, []int64{e, in, out}, codec.Options{Layout: codec.Fixed12, Groups: e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &DeviceTensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: []int64{e, in, out}, Groups: pk.Groups}
+	keep := [][]byte{}
+	aligned := func(n int) []byte {
+		b := make([]byte, n+32)
+		o := int((16 - uintptr(unsafe.Pointer(&b[0]))%16) % 16)
+		keep = append(keep, b)
+		return b[o : o+n]
+	}
+	for p, b := range pk.Planes {
+		if len(b) > 0 {
+			a := aligned(len(b))
+			copy(a, b)
+			d.Planes[p] = uintptr(unsafe.Pointer(&a[0]))
+		}
+	}
+	tb, err := ExpertsTableBytes(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := aligned(int(tb))
+	if err := BuildExpertsTable(0, 0, d, uintptr(unsafe.Pointer(&table[0]))); err != nil {
+		t.Fatal(err)
+	}
+	for _, counts := range [][]int32{{0, 1, 0}, {2, 0, 1}, {5, 3, 0}} { // 1, 3 (<= 3 experts: one token per pass), 8 rows
+		rows := int64(0)
+		offs := make([]int32, e)
+		for i, c := range counts {
+			rows += int64(c)
+			offs[i] = int32(rows)
+		}
+		x := make([]uint16, rows*in)
+		for i := range x {
+			x[i] = bf(float64(int32(rnd()%2001)-1000) / 1000)
+		}
+		xb, yb := aligned(len(x)*2), aligned(int(rows)*out*2)
+		copy(xb, unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), len(x)*2))
+		wsBytes, err := ExpertsWorkspaceBound(d, rows, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := aligned(int(wsBytes))
+		run := func() []uint16 {
+			for i := range yb {
+				yb[i] = 0xff // poison: NaN
+			}
+			err := LinearExperts(0, 0, uintptr(unsafe.Pointer(&xb[0])), rows, d, uintptr(unsafe.Pointer(&table[0])),
+				uintptr(unsafe.Pointer(&offs[0])), 0, uintptr(unsafe.Pointer(&yb[0])), true,
+				uintptr(unsafe.Pointer(&ws[0])), wsBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return append([]uint16(nil), unsafe.Slice((*uint16)(unsafe.Pointer(&yb[0])), rows*out)...)
+		}
+		y := run()
+		r0 := int64(0)
+		for ex, c := range counts {
+			for r := r0; r < r0+int64(c); r++ {
+				for j := 0; j < out; j++ {
+					want, mag := 0.0, 0.0
+					for k := 0; k < in; k++ {
+						p := float64(bf16.ToFloat32(x[r*in+int64(k)])) * float64(bf16.ToFloat32(w[(ex*in+k)*out+j]))
+						want += p
+						mag += math.Abs(p)
+					}
+					got := float64(bf16.ToFloat32(y[r*int64(out)+int64(j)]))
+					if math.Abs(got-want) > 1e-2*math.Abs(want)+1e-5*mag+1e-30 {
+						t.Fatalf("counts %v: expert %d row %d column %d: %g, want %g", counts, ex, r, j, got, want)
+					}
+				}
+			}
+			r0 += int64(c)
+		}
+		if again := run(); string(unsafe.Slice((*byte)(unsafe.Pointer(&again[0])), len(again)*2)) != string(unsafe.Slice((*byte)(unsafe.Pointer(&y[0])), len(y)*2)) {
+			t.Fatalf("counts %v: not deterministic", counts)
+		}
+		runtime.KeepAlive(x)
+	}
+	runtime.KeepAlive(keep)
 }

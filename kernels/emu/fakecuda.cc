@@ -1,11 +1,13 @@
 // fakecuda.cc — a fake libcuda.so.1 that runs the pack kernels of
-// kernels/pack.cu and the fixed12 decode / escape index kernels of
-// kernels/decode.cu on the CPU, with "device memory" = host memory. Tests
-// only: core/gpu's TestPackEmulated and TestDecodeRowsEmulated run the real
-// host code (driver.c, pack.go, decode.go) against it when GLYD_FAKE_CUDA is
-// set (kernels/emu/run.sh builds and runs).
+// kernels/pack.cu, the fixed12 decode / escape index kernels of
+// kernels/decode.cu and the transposed experts kernels of kernels/moe.cu on
+// the CPU, with "device memory" = host memory. Tests only: core/gpu's
+// TestPackEmulated, TestDecodeRowsEmulated and TestTransposedExpertsEmulated
+// run the real host code (driver.c, pack.go, decode.go, moe.go) against it
+// when GLYD_FAKE_CUDA is set (kernels/emu/run.sh builds and runs).
 #include "shim.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -73,6 +75,60 @@ inline uint32_t ld_stream4(const void *p) {
 inline void st_stream16(void *p, uint4 v) { memcpy(p, &v, 16); }
 inline void st_keep16(void *p, uint4 v) { memcpy(p, &v, 16); }
 #include "decode_f12.inc"
+
+// For moe.cu's transposed experts kernels (and linear.cu's helpers they
+// use): byte compares, warp shuffles and ballots through the warp's barrier,
+// bf16 rounding.
+inline uint32_t __vcmpne4(uint32_t a, uint32_t b) {
+	uint32_t r = 0;
+	for (int i = 0; i < 32; i += 8) r |= (((a >> i) & 0xffu) != ((b >> i) & 0xffu) ? 0xffu : 0u) << i;
+	return r;
+}
+template <class T>
+inline T *pin(T *p) { return p; }
+inline uint64_t emu_xch[32][32];
+// Every lane of the warp publishes v; each returns lane src's.
+template <class T>
+inline T emu_lane_get(T v, int src) {
+	static_assert(sizeof(T) <= 8, "a register");
+	const int l = threadIdx.x & 31, w = threadIdx.x >> 5;
+	uint64_t u = 0;
+	memcpy(&u, &v, sizeof(T));
+	emu_warp_bar[w]->arrive_and_wait(); // the last exchange's reads are done
+	emu_xch[w][l] = u;
+	emu_warp_bar[w]->arrive_and_wait();
+	T r;
+	memcpy(&r, &emu_xch[w][src & 31], sizeof(T));
+	return r;
+}
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src) { return emu_lane_get(v, src); }
+template <class T>
+inline T __shfl_up_sync(unsigned, T v, int o) {
+	const int l = threadIdx.x & 31;
+	return emu_lane_get(v, l >= o ? l - o : l);
+}
+inline uint32_t __ballot_sync(unsigned, int pred) {
+	uint32_t m = 0;
+	for (int i = 0; i < 32; i++) m |= (emu_lane_get<uint32_t>(pred != 0, i) & 1u) << i;
+	return m;
+}
+inline int __popc(uint32_t v) { return __builtin_popcount(v); }
+inline int __ffs(uint32_t v) { return __builtin_ffs((int)v); }
+struct emu_bf16 {
+	uint16_t b;
+};
+inline emu_bf16 __float2bfloat16_rn(float f) {
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return {(uint16_t)((u >> 16) | 0x40u)}; // NaN stays NaN
+	u += 0x7fffu + ((u >> 16) & 1u);                                                 // nearest, ties to even
+	return {(uint16_t)(u >> 16)};
+}
+inline uint16_t __bfloat16_as_ushort(emu_bf16 h) { return h.b; }
+using std::fmaf;
+#include "linear_helpers.inc" // code_bytes, add_escape (extracted from kernels/linear.cu by run.sh)
+#include "moe_transposed.inc" // nth_expert, block_expert and the transposed experts kernels (moe.cu)
 } // namespace emu_decode
 
 typedef void (*kfn)(const glyd_kparams);
@@ -91,6 +147,9 @@ static kern kernels[] = {
     {"glyd_escape_scatter_rows", emu_decode::glyd_escape_scatter_rows},
     {"glyd_escape_rows", emu_decode::glyd_escape_rows},
     {"glyd_escape_records", emu_decode::glyd_escape_records},
+    {"glyd_lin_f12t_experts", emu_decode::glyd_lin_f12t_experts},
+    {"glyd_lin_f12t1_experts", emu_decode::glyd_lin_f12t1_experts},
+    {"glyd_lin_f12t_reduce", emu_decode::glyd_lin_f12t_reduce},
 };
 static kern unknown = {"unknown", nullptr};
 
