@@ -720,27 +720,40 @@ def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor
 ALL_EXPERTS_GROUPED_TOKENS = 16
 
 
+def _all_experts_path(module, spec: _Spec, hidden: torch.Tensor) -> str:
+    """Llama 4's default path for this call (path_of's names): "grouped-kernel" up to
+    ALL_EXPERTS_GROUPED_TOKENS tokens where the grouped kernel reads the weights,
+    "nosync" above on a GPU within the routing kernels' limits, else "all-experts"."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    T = flat.shape[0] // max(spec.num_experts, 1)
+    if T <= ALL_EXPERTS_GROUPED_TOKENS:
+        return "grouped-kernel" if grouped_kernel(module, spec, hidden.device) else "all-experts"
+    if flat.device.type == "cuda" and _route_on_device(spec, flat, T * spec.num_experts):
+        return "nosync"
+    return "all-experts"
+
+
 def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[torch.Tensor]:
     """Llama 4 through the grouped kernel (decode steps) or decode-all + grouped_mm
     (prompts), both without a host synchronization; None when neither applies."""
     E = spec.num_experts
     H = hidden.shape[-1]
-    flat = hidden.reshape(-1, H)
+    path = _all_experts_path(module, spec, hidden)
+    if path == "all-experts":
+        return None
+    flat = hidden.reshape(-1, H).contiguous()
     T = flat.shape[0] // E
-    if T > ALL_EXPERTS_GROUPED_TOKENS:
-        if flat.device.type != "cuda" or not _route_on_device(spec, flat, E * T):
-            return None
+    if path == "nosync":
         from transformers.integrations.moe import _grouped_linear
 
-        def decoded_mm(ew: ExpertWeights, x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-            return _grouped_linear(x, decode_groups(ew.holder, None), offs, is_transposed=ew.transposed)
+        def decoded_mm(ew: ExpertWeights, x: torch.Tensor, offs: torch.Tensor, out=None) -> torch.Tensor:
+            y = _grouped_linear(x, decode_groups(ew.holder, None), offs, is_transposed=ew.transposed)
+            return y if out is None else out.copy_(y)
 
-        return _all_experts_on_device(module, spec, flat.contiguous(), T, decoded_mm)
-    if not grouped_kernel(module, spec, hidden.device):
-        return None
-    flat = flat.contiguous()
+        return _all_experts_on_device(module, spec, flat, T, decoded_mm)
     if _route_on_device(spec, flat, E * T):
-        return _all_experts_on_device(module, spec, flat, T, lambda ew, x, offs: ew.grouped().linear(x, offs))
+        return _all_experts_on_device(module, spec, flat, T,
+                                      lambda ew, x, offs, out=None: ew.grouped().linear(x, offs, out=out))
     k = module.__dict__.get("_glyd_top_k") or E
     R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
     nz = (flat != 0).any(dim=-1)
@@ -766,9 +779,10 @@ def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[
 def _all_experts_on_device(module, spec: _Spec, flat: torch.Tensor, T: int, mm) -> torch.Tensor:
     """Llama 4 with the routing on the device: every row of flat [E*T, H] a pair of
     its own (top-1), routed to its expert or, if zero, dropped (sorted last); the
-    first R sorted rows gathered, mm(expert weights, rows, offsets) for gate/up and
-    down, then moe_combine puts each row back in place (zero rows 0). The kernels
-    get only the R rows: their grids and splits are sized by the rows they are given."""
+    first R sorted rows gathered, mm(expert weights, rows, offsets[, out]) for gate/up
+    and down (down into the first R rows of the combine's input), then moe_combine
+    puts each row back in place (zero rows 0). The kernels get only the R rows: their
+    grids and splits are sized by the rows they are given."""
     from .. import _gpu
 
     E = spec.num_experts
@@ -784,7 +798,7 @@ def _all_experts_on_device(module, spec: _Spec, flat: torch.Tensor, T: int, mm) 
     if h.dtype != flat.dtype:
         h = h.to(flat.dtype)
     d = torch.empty_like(flat)  # rows past R are never read (only routed rows are)
-    d[:R] = mm(wd, h.contiguous(), offs)
+    mm(wd, h.contiguous(), offs, out=d[:R])
     ones = torch.ones(E * T, 1, dtype=torch.float32, device=flat.device)
     return _gpu.moe_combine(flat, d, ones, ids, rows, E)
 
@@ -880,12 +894,7 @@ def path_of(module, args, kwargs) -> str:
     if spec.kind == "grouped":
         return "grouped"
     if spec.kind == "fused" and spec.all_experts:
-        T = x.reshape(-1, x.shape[-1]).shape[0] // max(spec.num_experts, 1)
-        if T <= ALL_EXPERTS_GROUPED_TOKENS and grouped_kernel(module, spec, x.device):
-            return "grouped-kernel"
-        if T > ALL_EXPERTS_GROUPED_TOKENS and x.device.type == "cuda" and _route_on_device(spec, x, T * spec.num_experts):
-            return "nosync"
-        return "all-experts"
+        return _all_experts_path(module, spec, x)
     if spec.kind == "fused":
         idx, _ = _routing_args(module, args, kwargs)
         if idx is None:
