@@ -70,6 +70,24 @@ __device__ __forceinline__ void st_keep16(void *p, uint4 v) {
 		FN<__VA_ARGS__, true>(p, smem);                                                            \
 	}
 
+// Programmatic dependent launch (sm_90+; the host launches the fused linear
+// kernels that way on sm_90 only): griddep_launch lets the stream's next
+// kernel start its blocks in this one's tail; griddep_wait waits until the
+// previous kernel has finished and its writes are visible. A kernel calls
+// griddep_wait before it reads activations or partial sums, or writes
+// anything: only the immutable weights and escape index may be read before.
+// Both are no-ops in a plain launch and on older architectures.
+__device__ __forceinline__ void griddep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // prmt in its default mode: a selector nibble with bit 3 set replicates the
 // sign (msb) of the chosen byte into the whole byte. __byte_perm() does not
 // expose that mode; it puts each weight's sign in bit 15 with no shift.

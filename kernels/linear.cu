@@ -246,7 +246,7 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 // One tile of the output: weight rows [ntile*ROWS, +ROWS), tokens
 // [mtile*TB, +TB), the k-blocks of split split_z of p.splits. The kernels
 // below pass their block indices; the experts kernel (moe.cu) its own.
-template <int MT, int NT, int WN, int WK, int U, bool SAFE>
+template <int MT, int NT, int WN, int WK, int U, bool SAFE, bool DEP = false>
 __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
                                            uint32_t split_z) {
 	constexpr int ROWS = 16 * MT * WN, TB = 8 * NT;
@@ -360,6 +360,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 	constexpr int32_t STEP = WK * U;
 	int32_t kbase = (int32_t)kb_lo + wk;
 	WBatch<MT, U> cur, nxt;
+	if (DEP) griddep_launch();
 	load(cur, kbase);
 	// Escape ranges of the block's rows, fetched behind the first weights.
 	const bool split = p.splits > 1;
@@ -369,6 +370,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 			srows[i] = ld_u32((const uint32_t *)p.escrows + r);
 		}
 	}
+	if (DEP) griddep_wait(); // the activations are the previous kernel's output
 	for (; kbase < kb_hi32; kbase += STEP) {
 		if (kbase + STEP < kb_hi32) load(nxt, kbase + STEP);
 		compute(cur, kbase);
@@ -380,6 +382,8 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 
 // Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]).
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait(); // the partial sums are the previous kernel's output
 	const int64_t total = p.rows * p.N;
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= total) return;
@@ -431,7 +435,7 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
 // indices, the grouped experts kernel (moe.cu) its own; consecutive calls in
 // one block are safe (every barrier use is paired within a call, and the
 // epilogue ends with the block in sync).
-template <int TB, int KG, int S, int U, int PW, bool SAFE>
+template <int TB, int KG, int S, int U, int PW, bool SAFE, bool DEP = false>
 __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
                                            uint32_t split_z) {
 #ifdef GLYD_WGMMA
@@ -453,6 +457,7 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 	char *ring = (char *)(smem + ((ROWS + 1 + 31) & ~31));
 	const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
 
+	if (DEP) griddep_launch();
 	if (p.splits == 1 && p.escrows) {
 		for (int i = threadIdx.x; i <= ROWS; i += blockDim.x) {
 			const int64_t r = n0 + i < N ? n0 + i : N;
@@ -471,6 +476,7 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 		// permuted words. Rows past R read row R-1 (never stored); k past K
 		// reads as 0 (0 * w, never 0 * garbage).
 		const int pw = warp - 4 * KG;
+		if (DEP) griddep_wait(); // the activations are the previous kernel's output
 		for (int32_t j = pw; j < nkb; j += PW) {
 			const int32_t kb = kb_lo + j;
 			const int stage = j % S;
@@ -537,6 +543,7 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 		};
 #pragma unroll
 		for (int u = 0; u < U; u++) ld_w(ws[u], wc[u], c + u * KG);
+		if (DEP) griddep_wait(); // before the epilogue writes y (or the partial sums)
 		for (int32_t j0 = c; j0 < nkb; j0 += U * KG) {
 #pragma unroll
 			for (int u = 0; u < U; u++) {
@@ -576,7 +583,7 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 
 template <int TB, int KG, int S, int U, int PW, bool SAFE>
 __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *smem) {
-	wgmma_tile<TB, KG, S, U, PW, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+	wgmma_tile<TB, KG, S, U, PW, SAFE, true>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
 // BOUNDS: the launch bounds, (threads) or (threads, blocks per SM the
@@ -593,10 +600,12 @@ GLYD_LINW(32, 2, 4, 2, 2, (320))
 GLYD_LINW(32, 1, 4, 4, 2, (192, 3))
 GLYD_LINW(64, 1, 4, 4, 4, (256))
 
-// The dense kernels: one output tile per block, at the block's indices.
+// The dense kernels: one output tile per block, at the block's indices;
+// programmatic dependent launches on sm_90 (DEP: the grouped experts kernels
+// of moe.cu are launched plainly and keep the code without the waits).
 template <int MT, int NT, int WN, int WK, int U, bool SAFE>
 __device__ __forceinline__ void linear_f12_block(const glyd_kparams &p, float *smem) {
-	linear_f12<MT, NT, WN, WK, U, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+	linear_f12<MT, NT, WN, WK, U, SAFE, true>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 #define GLYD_LIN(MT, NT, WN, WK, U)                                                                   \
 	GLYD_KERNEL_PAIR(glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U, (32 * WN * WK), linear_f12_block, MT, NT, WN, \

@@ -55,7 +55,26 @@ static struct {
 	glyd_CUresult (*MemcpyDtoHAsync)(void *, unsigned long long, size_t, glyd_CUstream);
 	glyd_CUresult (*MemcpyHtoDAsync)(unsigned long long, const void *, size_t, glyd_CUstream);
 	glyd_CUresult (*StreamSynchronize)(glyd_CUstream);
+	glyd_CUresult (*LaunchKernelEx)(const void *, glyd_CUfunction, void **, void **);
 } cu;
+
+/* cuLaunchKernelEx's config and one attribute (CUlaunchConfig,
+ * CUlaunchAttribute of cuda.h: part of the driver's ABI). */
+typedef struct {
+	int id;
+	char pad[4];
+	union {
+		int allowed; /* programmaticStreamSerializationAllowed */
+		char bytes[64];
+	} value;
+} glyd_CUlaunchAttribute;
+typedef struct {
+	unsigned gx, gy, gz, bx, by, bz, smem;
+	glyd_CUstream stream;
+	glyd_CUlaunchAttribute *attrs;
+	unsigned nattrs;
+} glyd_CUlaunchConfig;
+enum { LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_done, init_rc, drv_version;
@@ -133,8 +152,8 @@ static int do_init(void) {
 		}
 		*syms[i].slot = fp;
 	}
-	/* Optional (pack only): a lookup failure leaves the slot NULL and pack
-	 * reports it; everything else keeps working. */
+	/* Optional (pack; programmatic launches): a lookup failure leaves the
+	 * slot NULL; pack reports it, launches fall back to cuLaunchKernel. */
 	struct {
 		const char *name;
 		void **slot;
@@ -142,6 +161,7 @@ static int do_init(void) {
 	    {"cuMemcpyDtoHAsync", (void **)&cu.MemcpyDtoHAsync},
 	    {"cuMemcpyHtoDAsync", (void **)&cu.MemcpyHtoDAsync},
 	    {"cuStreamSynchronize", (void **)&cu.StreamSynchronize},
+	    {"cuLaunchKernelEx", (void **)&cu.LaunchKernelEx},
 	};
 	for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
 		void *fp = NULL;
@@ -290,7 +310,7 @@ int glyd_drv_device_load(int dev, const void *image, const char *names, int nk, 
 }
 
 int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                    uintptr_t stream, const glyd_kparams *p, char *err) {
+                    uintptr_t stream, const glyd_kparams *p, int programmatic, char *err) {
 	/* Hot path: the caller (Go) has loaded the device already. */
 	devstate *s = &devs[dev];
 	if (k < 0 || k >= s->nfn) {
@@ -300,9 +320,19 @@ int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsig
 	int rc = push(s, err);
 	if (rc) return rc;
 	void *args[1] = {(void *)p};
-	glyd_CUresult r = cu.LaunchKernel(s->fn[k], gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, args, NULL);
+	glyd_CUresult r;
+	if (programmatic && cu.LaunchKernelEx) {
+		glyd_CUlaunchAttribute a;
+		memset(&a, 0, sizeof a);
+		a.id = LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		a.value.allowed = 1;
+		glyd_CUlaunchConfig cfg = {gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, &a, 1};
+		r = cu.LaunchKernelEx(&cfg, s->fn[k], args, NULL);
+	} else {
+		r = cu.LaunchKernel(s->fn[k], gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, args, NULL);
+	}
 	pop();
-	if (r) return cuerr(err, "cuLaunchKernel", r);
+	if (r) return cuerr(err, programmatic && cu.LaunchKernelEx ? "cuLaunchKernelEx" : "cuLaunchKernel", r);
 	return GLYD_DRV_OK;
 }
 

@@ -57,9 +57,13 @@ int glyd_drv_device_info(int dev, glyd_devinfo *info, char *err);
 int glyd_drv_device_load(int dev, const void *image, const char *names, int nkernels, int smem_max, char *err);
 
 /* Launches kernel k of device dev with one glyd_kparams argument on stream
- * (0 = legacy default stream). No allocation, no synchronization. */
+ * (0 = legacy default stream). No allocation, no synchronization.
+ * programmatic != 0: a programmatic dependent launch (sm_90+; the kernel
+ * must wait with griddepcontrol.wait before it touches what earlier work on
+ * the stream writes or reads), or a plain launch where the driver lacks
+ * cuLaunchKernelEx. */
 int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                    uintptr_t stream, const glyd_kparams *p, char *err);
+                    uintptr_t stream, const glyd_kparams *p, int programmatic, char *err);
 
 /* Copies bytes between host and device memory on stream and waits for the
  * stream (cuMemcpy*Async + cuStreamSynchronize): everything queued on the

@@ -256,8 +256,20 @@ func (d *device) canRun(c linConfig, name string) error {
 
 // launch runs kernel k on the caller's stream.
 func launch(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams) error {
+	return launchAs(dev, k, gx, gy, gz, block, smem, stream, p, false)
+}
+
+// launchAs is launch, as a programmatic dependent launch if programmatic:
+// the kernel may start while the stream's previous kernel finishes, and
+// waits for it (griddepcontrol.wait) before it reads the activations or
+// writes anything (kernels/common.cuh, griddep_wait).
+func launchAs(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams, programmatic bool) error {
 	var e [C.GLYD_ERRLEN]C.char
-	rc := C.glyd_drv_launch(C.int(dev), C.int(k), C.uint(gx), C.uint(gy), C.uint(gz), C.uint(block), C.uint(smem), C.uintptr_t(stream), p, &e[0])
+	pr := C.int(0)
+	if programmatic {
+		pr = 1
+	}
+	rc := C.glyd_drv_launch(C.int(dev), C.int(k), C.uint(gx), C.uint(gy), C.uint(gz), C.uint(block), C.uint(smem), C.uintptr_t(stream), p, pr, &e[0])
 	return drvErr(rc, &e)
 }
 

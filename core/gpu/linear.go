@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 
 	"github.com/glyd/glyd/core/codec"
@@ -364,11 +365,19 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 		p.splits = C.glyd_u32(s)
 		p.ws = C.glyd_u64(workspace)
 	}
-	if err := launch(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p); err != nil {
+	// On sm_90 the fused kernels are programmatic dependent launches: their
+	// blocks start in the previous kernel's tail and load their first
+	// weights before they wait for it.
+	pdl := d.hopper() && programmaticLaunches
+	if err := launchAs(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p, pdl); err != nil {
 		return err
 	}
 	if s > 1 {
-		return launch(dev, kLinReduce, uint32((int64(rows)*n+255)/256), 1, 1, 256, 0, stream, &p)
+		return launchAs(dev, kLinReduce, uint32((int64(rows)*n+255)/256), 1, 1, 256, 0, stream, &p, pdl)
 	}
 	return nil
 }
+
+// programmaticLaunches is false when GLYD_PDL=0 (benchmarks: the same
+// kernels launched plainly).
+var programmaticLaunches = os.Getenv("GLYD_PDL") != "0"

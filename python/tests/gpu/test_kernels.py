@@ -222,6 +222,44 @@ def test_linear_every_config(kind):
         _gpu.force_kernel(None)
 
 
+@pytest.mark.parametrize("rows", [1, 16, 64])
+def test_chained_linears_read_the_previous_output(rows):
+    # each linear's input is the previous one's output, launched back to back (on
+    # sm_90 as programmatic dependent launches: a kernel starts in its predecessor's
+    # tail and must wait for it before reading x or writing y; split K's reduce too).
+    # The chain's bits must equal those of the same calls with a synchronization
+    # between them, eagerly and replayed from a CUDA graph.
+    shapes = [(1024, 512), (4096, 1024), (512, 4096), (2048, 512), (512, 2048)]
+    dts = [_gpu.DeviceTensor(glyd.pack(weights(s, seed=40 + i, specials=False, scale=0.05)), DEV)
+           for i, s in enumerate(shapes)]
+    x = (torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows)) * 0.5).to(torch.bfloat16).to(DEV)
+
+    def chain(sync):
+        h = x
+        for dt in dts:
+            h = dt.linear(h)
+            if sync:
+                torch.cuda.synchronize()
+        return h
+
+    want = chain(True)
+    assert torch.isfinite(want.float()).all()
+    for _ in range(3):
+        assert torch.equal(bits(chain(False)), bits(want))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        chain(False)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = chain(False)
+    for _ in range(3):
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(bits(out), bits(want))
+
+
 def test_graph_capture_replay():
     w = weights((2048, 1024), seed=12, specials=True)
     p = glyd.pack(w)
