@@ -92,3 +92,11 @@ int glyd_gpu_moe_combine(int device, void *stream, const void *x, const void *d,
     return glydgo_gpu_moe_combine(device, stream, (void *)x, (void *)d, (void *)w, (void *)ids,
                                   (void *)rows, tokens, topk, hidden, experts, total, out);
 }
+int glyd_gpu_moe_silu_mul(int device, void *stream, const void *x, int64_t rows, int64_t inter,
+                          void *out) {
+    return glydgo_gpu_moe_silu_mul(device, stream, (void *)x, rows, inter, out);
+}
+int glyd_gpu_moe_row_experts(int device, void *stream, const void *x, int64_t rows, int64_t hidden,
+                             int64_t rows_per_expert, int64_t *ids) {
+    return glydgo_gpu_moe_row_experts(device, stream, (void *)x, rows, hidden, rows_per_expert, ids);
+}

@@ -77,3 +77,15 @@ func glydgo_gpu_moe_combine(device C.int, stream, x, d, w, ids, rows unsafe.Poin
 	defer guard(&rc)
 	return result(gpu.MoeCombine(int(device), uintptr(stream), uintptr(x), uintptr(d), uintptr(w), uintptr(ids), uintptr(rows), int64(tokens), int64(topk), int64(hidden), int64(experts), int64(total), uintptr(out)))
 }
+
+//export glydgo_gpu_moe_silu_mul
+func glydgo_gpu_moe_silu_mul(device C.int, stream, x unsafe.Pointer, rows, inter C.int64_t, out unsafe.Pointer) (rc C.int) {
+	defer guard(&rc)
+	return result(gpu.MoeSiluMul(int(device), uintptr(stream), uintptr(x), int64(rows), int64(inter), uintptr(out)))
+}
+
+//export glydgo_gpu_moe_row_experts
+func glydgo_gpu_moe_row_experts(device C.int, stream, x unsafe.Pointer, rows, hidden, perExpert C.int64_t, ids unsafe.Pointer) (rc C.int) {
+	defer guard(&rc)
+	return result(gpu.MoeRowExperts(int(device), uintptr(stream), uintptr(x), int64(rows), int64(hidden), int64(perExpert), uintptr(ids)))
+}

@@ -510,6 +510,23 @@ int glyd_gpu_moe_combine(int device, void *stream, const void *x, const void *d,
                          const int64_t *ids, const int32_t *rows, int64_t tokens, int64_t topk,
                          int64_t hidden, int64_t experts, int64_t total, void *out);
 
+/* The SwiGLU between an expert's two linears: out[r][j] = silu(x[r][j]) *
+ * x[r][inter + j] for x bf16 [rows, 2 * inter] (gate, then up) and out bf16
+ * [rows, inter], silu(v) = v / (1 + exp(-v)) in fp32 rounded to bf16, then
+ * an fp32 multiply rounded to bf16: the bits of torch's `silu(gate) * up` in
+ * bf16. x and out 16-byte aligned. Written on `stream`. */
+int glyd_gpu_moe_silu_mul(int device, void *stream, const void *x, int64_t rows, int64_t inter,
+                          void *out);
+
+/* Routing ids of an expert-major input (Llama 4's experts get every token
+ * once per expert, rows_per_expert rows each, scaled by the router score):
+ * ids int64 [rows], ids[r] = r / rows_per_expert where row r of x bf16
+ * [rows, hidden] has an element other than +0 and -0, else -1 (dropped), the
+ * ids glyd_gpu_moe_route takes with topk 1. x 16-byte aligned. Written on
+ * `stream`. */
+int glyd_gpu_moe_row_experts(int device, void *stream, const void *x, int64_t rows, int64_t hidden,
+                             int64_t rows_per_expert, int64_t *ids);
+
 /* ---- GPU: end ---- */
 
 #ifdef __cplusplus

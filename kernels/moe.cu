@@ -55,6 +55,15 @@
  *     rw[t*topk+s] * v, v = d[rowof[pair]] (routed), x[t] (identity) or
  *     nothing (dropped); fp32, one rounded multiply and one rounded add per
  *     term (the same bits as the torch expression it replaces), then bf16.
+ * glyd_moe_silu_mul grid (ceil(I / 2048), min(rows, 65535)), 8 features per
+ *     thread: the SwiGLU between the grouped linears, silu(gate) * up of
+ *     x [rows, 2I] into y [rows, I], bit for bit torch's bf16 expression.
+ * glyd_moe_row_experts grid ceil(rows / 8): Llama 4's routing ids from its
+ *     expert-major input (the expert of each non-zero row, -1 for the rest).
+ *
+ * All of them are programmatic dependent launches on sm_90 (core/gpu): each
+ * lets the next kernel start its blocks at once and waits for its
+ * predecessor (griddep_wait) before it reads anything.
  */
 #include "common.cuh"
 
@@ -151,6 +160,8 @@ __device__ __forceinline__ glyd_kparams expert_params(const glyd_kparams &p, int
 // the last expert with rows.
 template <int TB, class Tile>
 __device__ __forceinline__ void expert_tiles(const glyd_kparams &p, Tile tile) {
+	griddep_launch();
+	griddep_wait(); // the offsets and x are the previous kernels' outputs
 	int64_t r0, r1;
 	const int64_t e = block_expert(p, &r0, &r1);
 	if (e < 0) return;
@@ -406,15 +417,21 @@ __device__ __forceinline__ void transposed_experts(const glyd_kparams &p) {
 }
 
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_experts(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
 	transposed_experts<4>(p);
 }
 extern "C" __global__ void __launch_bounds__(256, 4) glyd_lin_f12t1_experts(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
 	transposed_experts<1>(p);
 }
 
 // y[m][c] = bf16(the sum, in split order, of ws[s][m][c] over the p.splits splits) for
 // rows m below the clamped offs[E-1] (rows routed nowhere are not written).
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_reduce(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
 	int64_t total = ((const int32_t *)p.offs)[p.num_experts - 1];
 	total = total < 0 ? 0 : (total > p.rows ? p.rows : total);
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -441,6 +458,8 @@ __device__ __forceinline__ int route_warps(int64_t P, int32_t NB) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024) glyd_moe_route(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
 	extern __shared__ int32_t rsm[];
 	const int64_t P = p.rows, Z = p.experts_total, E = p.num_experts;
 	const int32_t NB = (int32_t)Z + 1; // bins; start[NB] = P
@@ -514,6 +533,8 @@ extern "C" __global__ void __launch_bounds__(1024) glyd_moe_route(const glyd_kpa
 }
 
 extern "C" __global__ void __launch_bounds__(256) glyd_moe_combine(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
 	const int64_t H = p.N, t = blockIdx.y, k = p.topk;
 	const int64_t h0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
 	if (h0 >= H) return;
@@ -547,4 +568,65 @@ extern "C" __global__ void __launch_bounds__(256) glyd_moe_combine(const glyd_kp
 	if (vec) *(uint4 *)out = *(const uint4 *)o;
 	else
 		for (int j = 0; j < n; j++) out[j] = o[j];
+}
+
+// out[r][j] = bf16(bf16(silu(g)) * u), g = x[r][j], u = x[r][I + j] for x
+// [rows, 2I] (gate then up, as torch's chunk(2)), silu(v) = v / (1 + exp(-v))
+// in fp32: the bits of torch's `silu(gate) * up` in bf16 (each op rounds), in
+// one pass over contiguous memory instead of two over strided halves.
+extern "C" __global__ void __launch_bounds__(256) glyd_moe_silu_mul(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
+	const int64_t I = p.N;
+	const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+	if (j0 >= I) return;
+	const int n = I - j0 < 8 ? (int)(I - j0) : 8;
+	const bool vec = n == 8 && (I & 7) == 0; // host: x and y 16-byte aligned
+	for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+		const uint16_t *g = (const uint16_t *)p.x + r * 2 * I + j0, *u = g + I;
+		uint16_t gv[8], uv[8], o[8];
+		if (vec) {
+			*(uint4 *)gv = *(const uint4 *)g;
+			*(uint4 *)uv = *(const uint4 *)u;
+		} else {
+			for (int j = 0; j < 8; j++) {
+				gv[j] = j < n ? g[j] : 0;
+				uv[j] = j < n ? u[j] : 0;
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const float a = bf16_to_f32(gv[j]);
+			const float s = bf16_to_f32(__bfloat16_as_ushort(__float2bfloat16_rn(__fdiv_rn(a, __fadd_rn(1.f, expf(-a))))));
+			o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(s, bf16_to_f32(uv[j]))));
+		}
+		uint16_t *y = (uint16_t *)p.y + r * I + j0;
+		if (vec) *(uint4 *)y = *(const uint4 *)o;
+		else
+			for (int j = 0; j < n; j++) y[j] = o[j];
+	}
+}
+
+// Llama 4's experts input: x [rows, K] holds each token once per expert,
+// expert-major (p.topk rows per expert), scaled by its router score. ids[r] =
+// r / p.topk where row r has a non-zero element (any bit but the sign), else
+// -1: the routing glyd_moe_route sorts. A warp per row, 8 rows per block.
+extern "C" __global__ void __launch_bounds__(256) glyd_moe_row_experts(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
+	const int64_t K = p.K, r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+	const int lane = threadIdx.x & 31;
+	if (r >= p.rows) return;
+	const uint16_t *x = (const uint16_t *)p.x + r * K;
+	uint32_t any = 0;
+	if ((K & 7) == 0) { // host: x 16-byte aligned
+		for (int64_t k = lane * 8; k < K; k += 256) {
+			const uint4 v = *(const uint4 *)(x + k);
+			any |= (v.x | v.y | v.z | v.w) & 0x7fff7fffu;
+		}
+	} else {
+		for (int64_t k = lane; k < K; k += 32) any |= x[k] & 0x7fffu;
+	}
+	any = __any_sync(0xffffffffu, any != 0);
+	if (lane == 0) ((int64_t *)p.ids)[r] = any ? r / p.topk : -1;
 }

@@ -26,6 +26,7 @@ import "C"
 
 import (
 	_ "embed"
+	"os"
 	"strings"
 	"sync"
 	"unsafe"
@@ -139,6 +140,8 @@ var kernelNames = []string{
 	"glyd_lin_f12t_reduce",
 	"glyd_moe_route",
 	"glyd_moe_combine",
+	"glyd_moe_silu_mul",
+	"glyd_moe_row_experts",
 }
 
 const (
@@ -165,6 +168,8 @@ const (
 	kLinTransposedReduce
 	kMoeRoute
 	kMoeCombine
+	kMoeSiluMul
+	kMoeRowExperts
 	kLinFirst // the linear configurations of linear.go follow, each name then name_safe,
 	// then the grouped ones of moe.go (kGroupedFirst)
 )
@@ -243,6 +248,14 @@ func load(dev int) (*device, error) {
 // hopper reports an sm_90 GPU (H100, H200): the fatbin's sm_90a image has
 // the wgmma kernels.
 func (d *device) hopper() bool { return d.info.Major == 9 && d.info.Minor == 0 }
+
+// programmatic reports whether kernels that wait for their predecessor
+// (griddep_wait, kernels/common.cuh) are launched as programmatic dependent
+// launches: on sm_90, unless GLYD_PDL=0 (benchmarks: the same kernels
+// launched plainly).
+func (d *device) programmatic() bool { return d.hopper() && programmaticLaunches }
+
+var programmaticLaunches = os.Getenv("GLYD_PDL") != "0"
 
 // canRun reports UNSUPPORTED when configuration c (kernel name) cannot run
 // on the device: the wgmma kernels exist for sm_90 only (a forced choice

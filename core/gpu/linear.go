@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"sync/atomic"
 
 	"github.com/glyd/glyd/core/codec"
@@ -368,7 +367,7 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 	// On sm_90 the fused kernels are programmatic dependent launches: their
 	// blocks start in the previous kernel's tail and load their first
 	// weights before they wait for it.
-	pdl := d.hopper() && programmaticLaunches
+	pdl := d.programmatic()
 	if err := launchAs(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p, pdl); err != nil {
 		return err
 	}
@@ -377,7 +376,3 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 	}
 	return nil
 }
-
-// programmaticLaunches is false when GLYD_PDL=0 (benchmarks: the same
-// kernels launched plainly).
-var programmaticLaunches = os.Getenv("GLYD_PDL") != "0"

@@ -336,7 +336,8 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 		if tiles > 1<<31-1 || s > 65535 {
 			return status.Errorf(status.Unsupported, "gpu: %d output columns is too many for one launch", k)
 		}
-		if _, err := load(dev); err != nil {
+		d, err := load(dev)
+		if err != nil {
 			return err
 		}
 		// the kernel reads storage [in, out] as K = in rows, N = out columns
@@ -347,10 +348,10 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 		if transposedOne(e, rows) {
 			kern = kLinTransposed1
 		}
-		if err := launch(dev, kern, uint32(tiles), uint32(s), uint32(z), 256, 0, stream, &p); err != nil {
+		if err := launchAs(dev, kern, uint32(tiles), uint32(s), uint32(z), 256, 0, stream, &p, d.programmatic()); err != nil {
 			return err
 		}
-		return launch(dev, kLinTransposedReduce, gridFor(uint64(rows*k), 256, 1<<31-1), 1, 1, 256, 0, stream, &p)
+		return launchAs(dev, kLinTransposedReduce, gridFor(uint64(rows*k), 256, 1<<31-1), 1, 1, 256, 0, stream, &p, d.programmatic())
 	}
 	d, err := load(dev)
 	if err != nil {
@@ -369,5 +370,5 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 	if safeExperts(w) {
 		kidx++
 	}
-	return launch(dev, kidx, 1, uint32(gy), uint32(z), uint32(c.threads()), uint32(c.smem()), stream, &p)
+	return launchAs(dev, kidx, 1, uint32(gy), uint32(z), uint32(c.threads()), uint32(c.smem()), stream, &p, d.programmatic())
 }

@@ -35,7 +35,8 @@ func MoeRoute(dev int, stream, ids uintptr, pairs, topk, experts, total int64, o
 	case ids == 0 && pairs > 0 || offs == 0 || tok == 0 && pairs > 0 || rowof == 0 && pairs > 0:
 		return status.Errorf(status.InvalidArgument, "gpu: moe route: nil buffer")
 	}
-	if _, err := load(dev); err != nil {
+	d, err := load(dev)
+	if err != nil {
 		return err
 	}
 	var p C.glyd_kparams
@@ -44,7 +45,7 @@ func MoeRoute(dev int, stream, ids uintptr, pairs, topk, experts, total int64, o
 	nb := total + 1 // bins
 	w := routeWarps(pairs, nb)
 	smem := (nb+1)*4 + w*nb*4 + (pairs*2+15)&^15
-	return launch(dev, kMoeRoute, 1, 1, 1, 1024, uint32(smem), stream, &p)
+	return launchAs(dev, kMoeRoute, 1, 1, 1, 1024, uint32(smem), stream, &p, d.programmatic())
 }
 
 // routeWarps is how many warps of glyd_moe_route count and place the pairs
@@ -73,11 +74,65 @@ func MoeCombine(dev int, stream, x, d, rw, ids, rowof uintptr, tokens, topk, hid
 	case x%16 != 0 || d%16 != 0 || out%16 != 0:
 		return status.Errorf(status.InvalidArgument, "gpu: moe combine: x, d and out must be 16-byte aligned")
 	}
-	if _, err := load(dev); err != nil {
+	gd, err := load(dev)
+	if err != nil {
 		return err
 	}
 	var p C.glyd_kparams
 	p.x, p.dst, p.rw, p.ids, p.rowof, p.y = C.glyd_u64(x), C.glyd_u64(d), C.glyd_u64(rw), C.glyd_u64(ids), C.glyd_u64(rowof), C.glyd_u64(out)
 	p.rows, p.topk, p.N, p.num_experts, p.experts_total = C.glyd_i64(tokens), C.glyd_i64(topk), C.glyd_i64(hidden), C.glyd_i64(experts), C.glyd_i64(total)
-	return launch(dev, kMoeCombine, gridFor(uint64(hidden), 2048, 1<<31-1), uint32(tokens), 1, 256, 0, stream, &p)
+	return launchAs(dev, kMoeCombine, gridFor(uint64(hidden), 2048, 1<<31-1), uint32(tokens), 1, 256, 0, stream, &p, gd.programmatic())
+}
+
+// MoeSiluMul writes out[r][j] = bf16(bf16(silu(g)) * u) for g = x[r][j], u =
+// x[r][inter+j] on the caller's stream: x bf16 [rows, 2*inter] (gate, then
+// up), out bf16 [rows, inter], both 16-byte aligned; silu(v) = v / (1 +
+// exp(-v)) in fp32. The bits of torch's silu(gate) * up in bf16.
+func MoeSiluMul(dev int, stream, x uintptr, rows, inter int64, out uintptr) error {
+	switch {
+	case rows < 0 || inter < 1:
+		return status.Errorf(status.InvalidArgument, "gpu: moe silu_mul: rows %d, inter %d out of range", rows, inter)
+	case rows == 0:
+		return nil
+	case x == 0 || out == 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe silu_mul: nil buffer")
+	case x%16 != 0 || out%16 != 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe silu_mul: x and out must be 16-byte aligned")
+	}
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	var p C.glyd_kparams
+	p.x, p.y = C.glyd_u64(x), C.glyd_u64(out)
+	p.rows, p.N = C.glyd_i64(rows), C.glyd_i64(inter)
+	return launchAs(dev, kMoeSiluMul, gridFor(uint64(inter), 2048, 1<<31-1), uint32(min(rows, 65535)), 1, 256, 0, stream, &p, d.programmatic())
+}
+
+// MoeRowExperts writes the routing ids of an expert-major input on the
+// caller's stream (Llama 4: x bf16 [rows, hidden] holds each token once per
+// expert, perExpert rows per expert, scaled by its router score): ids int64
+// [rows], ids[r] = r / perExpert where row r has an element that is not ±0,
+// else -1. x must be 16-byte aligned.
+func MoeRowExperts(dev int, stream, x uintptr, rows, hidden, perExpert int64, ids uintptr) error {
+	switch {
+	case rows < 0 || hidden < 1 || perExpert < 1:
+		return status.Errorf(status.InvalidArgument, "gpu: moe row experts: rows %d, hidden %d, rows per expert %d out of range", rows, hidden, perExpert)
+	case rows == 0:
+		return nil
+	case x == 0 || ids == 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe row experts: nil buffer")
+	case x%16 != 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe row experts: x must be 16-byte aligned")
+	case (rows+7)/8 > 1<<31-1:
+		return status.Errorf(status.Unsupported, "gpu: moe row experts: %d rows is too many for one launch", rows)
+	}
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	var p C.glyd_kparams
+	p.x, p.ids = C.glyd_u64(x), C.glyd_u64(ids)
+	p.rows, p.K, p.topk = C.glyd_i64(rows), C.glyd_i64(hidden), C.glyd_i64(perExpert)
+	return launchAs(dev, kMoeRowExperts, uint32((rows+7)/8), 1, 1, 256, 0, stream, &p, d.programmatic())
 }

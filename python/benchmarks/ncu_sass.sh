@@ -4,12 +4,19 @@
 #   bash python/benchmarks/ncu_sass.sh "N K ROWS [CONFIG]" [TOP]
 # Prints the TOP (default 30) instructions by samples, each with its three
 # largest stall reasons. The report is kept in ${OUT:-/tmp}/sass.ncu-rep.
+# Another script and kernel: SCRIPT (default python/benchmarks/profile_linear.py,
+# given the first argument), KERNEL (a regex, default glyd_lin_f12), SKIP (launches
+# of it skipped first, default 3); e.g. the grouped experts kernel of a MoE block:
+#   SCRIPT=python/benchmarks/profile_moe.py KERNEL=glyd_lin_f12gw SKIP=2 \
+#     bash python/benchmarks/ncu_sass.sh "qwen3-30b-a3b 512"
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
 export PYTHONPATH=$PWD/python GLYD_LIBRARY=$PWD/build/libglyd.so
 REP=${OUT:-/tmp}/sass
 CFG=$1 TOP=${2:-30}
-"$NCU" -f -o "$REP" --kernel-name regex:glyd_lin_f12 --launch-skip 3 --launch-count 1 --section SourceCounters \
-  --section WarpStateStats python3 python/benchmarks/profile_linear.py $CFG >/dev/null 2>&1 || { echo "ncu failed"; exit 1; }
+"$NCU" -f -o "$REP" --kernel-name regex:${KERNEL:-glyd_lin_f12} --launch-skip ${SKIP:-3} --launch-count 1 \
+  --section SourceCounters --section WarpStateStats --section SpeedOfLight --section Occupancy --section LaunchStats \
+  python3 ${SCRIPT:-python/benchmarks/profile_linear.py} $CFG >/dev/null 2>&1 || { echo "ncu failed"; exit 1; }
+"$NCU" -i "$REP.ncu-rep" --page details 2>&1 | grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Compute \(SM\)|Grid Size|Block Size|Waves Per SM|Issue Slots Busy|No Eligible|Active Warps Per" | head -24
 "$NCU" -i "$REP.ncu-rep" --page source --csv --print-source sass > "$REP.csv" 2>&1 || { head -5 "$REP.csv"; exit 1; }
 python3 - "$REP.csv" "$TOP" <<'PY'
 import csv, sys

@@ -50,7 +50,7 @@ from .errors import InvalidArgumentError
 
 __all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "pack",
            "pack_planes", "pack_device", "set_prompt_rows", "prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL", "moe_route",
-           "moe_combine"]
+           "moe_combine", "moe_silu_mul", "moe_row_experts"]
 
 LAYOUT_FIXED12 = 1
 LAYOUT_SMALLEST = 2
@@ -121,6 +121,8 @@ _SIGNATURES = {
                                    c_void_p]),
     "glyd_gpu_moe_combine": (c_int, [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int64,
                                      c_int64, c_int64, c_int64, c_int64, c_void_p]),
+    "glyd_gpu_moe_silu_mul": (c_int, [c_int, c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
+    "glyd_gpu_moe_row_experts": (c_int, [c_int, c_void_p, c_void_p, c_int64, c_int64, c_int64, c_void_p]),
 }
 
 _lock = threading.Lock()
@@ -714,3 +716,31 @@ def moe_combine(x: torch.Tensor, d: torch.Tensor, w: torch.Tensor, ids: torch.Te
                                            w.data_ptr(), ids.data_ptr(), rows.data_ptr(), t, k, h, experts, total,
                                            out.data_ptr()))
     return out
+
+
+def moe_silu_mul(x: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for x bf16 [rows, 2 * inter] (gate, then up, as x.chunk(2, -1)) on
+    a GPU, in one pass: the bits of torch's bf16 expression. Returns bf16 [rows, inter]."""
+    _cuda_arg(1, "x", x, torch.bfloat16)
+    if x.dim() != 2 or x.shape[1] % 2 or x.data_ptr() % 16:
+        raise InvalidArgumentError(1, f"x must be a 16-byte aligned [rows, 2 * inter], got {tuple(x.shape)}")
+    rows, inter = x.shape[0], x.shape[1] // 2
+    out = torch.empty(rows, inter, dtype=torch.bfloat16, device=x.device)
+    _lib.check(_gpu().glyd_gpu_moe_silu_mul(x.device.index, _stream(x.device), x.data_ptr(), rows, inter,
+                                            out.data_ptr()))
+    return out
+
+
+def moe_row_experts(x: torch.Tensor, rows_per_expert: int) -> torch.Tensor:
+    """Routing ids of an expert-major input (Llama 4): x bf16 [rows, hidden], rows_per_expert
+    rows per expert; returns int64 [rows], r // rows_per_expert where row r has an element
+    other than ±0, else -1 (moe_route's ids with topk 1)."""
+    _cuda_arg(1, "x", x, torch.bfloat16)
+    if x.dim() != 2 or x.data_ptr() % 16:
+        raise InvalidArgumentError(1, f"x must be a 16-byte aligned [rows, hidden], got {tuple(x.shape)}")
+    if rows_per_expert < 1:
+        raise InvalidArgumentError(2, f"rows_per_expert must be >= 1, got {rows_per_expert}")
+    ids = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
+    _lib.check(_gpu().glyd_gpu_moe_row_experts(x.device.index, _stream(x.device), x.data_ptr(), x.shape[0],
+                                               x.shape[1], rows_per_expert, ids.data_ptr()))
+    return ids

@@ -1,4 +1,5 @@
-"""Torch references of Glyd's routing kernels (glyd._gpu.moe_route / moe_combine),
+"""Torch references of Glyd's routing kernels (glyd._gpu.moe_route / moe_combine /
+moe_row_experts),
 shared by the GPU tests (bit-for-bit comparisons) and the CPU test of the Python
 path that calls them."""
 
@@ -30,3 +31,8 @@ def moe_combine(x, d, w, ids, rows, experts: int, total: int | None = None) -> t
         v = torch.where((i >= 0) & (i < experts), routed, torch.where((i >= experts) & (i < total), x.float(), 0.0))
         acc = acc + v * w[:, s:s + 1]  # one rounded multiply, one rounded add: the kernel's order
     return acc.to(torch.bfloat16)
+
+
+def moe_row_experts(x: torch.Tensor, rows_per_expert: int) -> torch.Tensor:
+    nz = (x != 0).any(dim=-1)
+    return torch.where(nz, torch.arange(x.shape[0], device=x.device) // rows_per_expert, -1)

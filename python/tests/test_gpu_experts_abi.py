@@ -132,11 +132,34 @@ def test_moe_routing_abi_without_a_gpu():
         _lib.check(lib.glyd_gpu_moe_combine(0, None, FAKE, FAKE, FAKE, FAKE, FAKE, 1, 8, 64, 4, 4, FAKE))
 
 
+def test_moe_activation_and_row_experts_abi_without_a_gpu():
+    lib = _gpu._gpu()
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        _lib.check(lib.glyd_gpu_moe_silu_mul(0, None, FAKE, 4, 0, FAKE))
+    with pytest.raises(InvalidArgumentError, match="aligned"):
+        _lib.check(lib.glyd_gpu_moe_silu_mul(0, None, FAKE + 2, 4, 8, FAKE))
+    with pytest.raises(InvalidArgumentError, match="nil"):
+        _lib.check(lib.glyd_gpu_moe_silu_mul(0, None, FAKE, 4, 8, None))
+    _lib.check(lib.glyd_gpu_moe_silu_mul(0, None, None, 0, 8, None))  # no rows: nothing to do
+    with pytest.raises(InvalidArgumentError, match="rows per expert"):
+        _lib.check(lib.glyd_gpu_moe_row_experts(0, None, FAKE, 16, 64, 0, FAKE))
+    with pytest.raises(InvalidArgumentError, match="aligned"):
+        _lib.check(lib.glyd_gpu_moe_row_experts(0, None, FAKE + 8, 16, 64, 1, FAKE))
+    with pytest.raises(NoGPUError):
+        _lib.check(lib.glyd_gpu_moe_silu_mul(0, None, FAKE, 4, 8, FAKE))
+    with pytest.raises(NoGPUError):
+        _lib.check(lib.glyd_gpu_moe_row_experts(0, None, FAKE, 16, 64, 1, FAKE))
+
+
 def test_moe_routing_wrappers_check_their_arguments():
     with pytest.raises(InvalidArgumentError, match="ids must be a contiguous CUDA tensor"):
         _gpu.moe_route(torch.zeros(8, dtype=torch.int64), 8, 4)
     with pytest.raises(InvalidArgumentError, match="x must be"):
         _gpu.moe_combine(torch.zeros(1, 8, dtype=torch.bfloat16), None, None, None, None, 4)
+    with pytest.raises(InvalidArgumentError, match="x must be a contiguous CUDA tensor"):
+        _gpu.moe_silu_mul(torch.zeros(2, 8, dtype=torch.bfloat16))
+    with pytest.raises(InvalidArgumentError, match="x must be a contiguous CUDA tensor"):
+        _gpu.moe_row_experts(torch.zeros(2, 8, dtype=torch.bfloat16), 1)
 
 
 def test_moe_route_limits_match_the_header():

@@ -130,6 +130,7 @@ def test_grouped_kernel_path_logic(model_type, routing, packed_dir, monkeypatch)
     monkeypatch.setattr(gpu_experts, "_route_on_device", lambda spec, x, pairs: routing == "kernels")
     monkeypatch.setattr(_gpu, "moe_route", moe_reference.moe_route)
     monkeypatch.setattr(_gpu, "moe_combine", moe_reference.moe_combine)
+    monkeypatch.setattr(_gpu, "moe_row_experts", moe_reference.moe_row_experts)
     n = 0
     for mod, args, kwargs, ref in calls:
         if not isinstance(mod, GlydExperts) or gpu_experts.spec_of(mod).kind != "fused":

@@ -430,13 +430,38 @@ def _act(module):
     raise InvalidArgumentError(1, f"{type(module).__name__}: no activation function found")
 
 
+def _is_silu(act) -> bool:
+    from transformers.activations import SiLUActivation
+
+    return type(act) in (torch.nn.SiLU, SiLUActivation)
+
+
+def _own_gate(module) -> bool:
+    """Whether the family gates with a function of its own (gpt-oss, Step 3.7 clamps), not
+    act(gate) * up (transformers' experts decorator gives the others _default_apply_gate)."""
+    fn = getattr(type(module), "_apply_gate", None)
+    if fn is None:
+        return False
+    try:
+        from transformers.integrations.moe import _default_apply_gate
+    except ImportError:  # pragma: no cover - other transformers versions
+        return True
+    return fn is not _default_apply_gate
+
+
 def _gate(module, spec: _Spec, proj: torch.Tensor) -> torch.Tensor:
     if not spec.has_gate:
         return _act(module)(proj)
-    if hasattr(module, "_apply_gate"):
+    if _own_gate(module):
         return module._apply_gate(proj)
+    act = _act(module)
+    if (proj.is_cuda and proj.dtype == torch.bfloat16 and proj.dim() == 2 and proj.is_contiguous()
+            and proj.data_ptr() % 16 == 0 and proj.shape[1] % 2 == 0 and _is_silu(act)):
+        from .. import _gpu
+
+        return _gpu.moe_silu_mul(proj)  # one pass, the same bits as below (two over strided halves)
     gate, up = proj.chunk(2, dim=-1)
-    return _act(module)(gate) * up
+    return act(gate) * up
 
 
 # ---- the default (fused) path -----------------------------------------------------------------
@@ -788,8 +813,7 @@ def _all_experts_on_device(module, spec: _Spec, flat: torch.Tensor, T: int, mm) 
     E = spec.num_experts
     k = module.__dict__.get("_glyd_top_k") or E
     R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
-    nz = (flat != 0).any(dim=-1)
-    ids = torch.where(nz, torch.arange(E * T, device=flat.device) // T, -1)
+    ids = _gpu.moe_row_experts(flat, T)  # the expert of each non-zero row, -1 for zero rows
     offs, tok, rows = _gpu.moe_route(ids, 1, E)
     xs = flat.index_select(0, tok[:R])
     wi = expert_weights(module, spec.w_in, spec.transposed)

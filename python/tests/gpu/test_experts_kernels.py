@@ -319,3 +319,55 @@ def test_moe_routing_bad_arguments():
     with pytest.raises(InvalidArgumentError, match="d must be"):
         _gpu.moe_combine(x, torch.zeros(7, 16, dtype=torch.bfloat16, device=DEV), torch.ones(1, 8, device=DEV),
                          ids, ids.int(), 4)
+
+
+# ---- the SwiGLU and Llama 4's routing ids (glyd_moe_silu_mul, glyd_moe_row_experts) -------------
+
+def _special_bf16(g, shape):
+    """randn bf16 with every kind of value sprinkled in: ±0, ±inf, NaN, huge, subnormal."""
+    x = torch.randn(shape, generator=g, device=DEV).mul_(4).to(torch.bfloat16)
+    flat = x.view(-1)
+    picks = torch.randint(0, flat.numel(), (64,), generator=g, device=DEV)
+    vals = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 3e38, -3e38, 1e-40, -1e-40, 88.7,
+                         -88.7, 100.0, -100.0, 1e-3, -1e-3, 2.0], device=DEV).to(torch.bfloat16)
+    flat[picks] = vals.repeat(4)
+    return x
+
+
+def _same_values(got, ref):
+    """Equal bits, NaN anywhere the reference has NaN (a NaN's payload aside)."""
+    nan = torch.isnan(ref)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got.view(torch.int16)[~nan], ref.view(torch.int16)[~nan])
+
+
+@pytest.mark.parametrize("rows,inter", [(1, 768), (3, 13), (64, 1536), (300, 8), (70000, 8), (0, 16)])
+def test_moe_silu_mul_is_torchs_bits(rows, inter):
+    g = torch.Generator(device=DEV).manual_seed(rows * 7 + inter)
+    proj = _special_bf16(g, (rows, 2 * inter)) if rows else torch.empty(0, 2 * inter, dtype=torch.bfloat16,
+                                                                        device=DEV)
+    got = _gpu.moe_silu_mul(proj)
+    gate, up = proj.chunk(2, dim=-1)
+    _same_values(got, torch.nn.functional.silu(gate) * up)
+
+
+def test_moe_silu_mul_bad_arguments():
+    with pytest.raises(InvalidArgumentError, match="2 \\* inter"):
+        _gpu.moe_silu_mul(torch.zeros(2, 7, dtype=torch.bfloat16, device=DEV))
+    with pytest.raises(InvalidArgumentError, match="x must be"):
+        _gpu.moe_silu_mul(torch.zeros(2, 8, dtype=torch.float16, device=DEV))
+
+
+@pytest.mark.parametrize("experts,per,hidden", [(16, 1, 5120), (16, 16, 5120), (4, 3, 13), (128, 5, 64)])
+def test_moe_row_experts_marks_the_nonzero_rows(experts, per, hidden):
+    g = torch.Generator(device=DEV).manual_seed(experts * per + hidden)
+    rows = experts * per
+    x = torch.randn(rows, hidden, generator=g, device=DEV).to(torch.bfloat16)
+    keep = torch.rand(rows, generator=g, device=DEV) < 0.3
+    x[~keep] = 0
+    x[1::7] = -0.0                                    # negative zeros are zero
+    x[2::11] = 0
+    x[2::11, -1] = 1e-40                              # one subnormal at the row's end
+    x[3::13] = 0
+    x[3::13, hidden // 2] = float("nan")              # a NaN is not zero
+    assert torch.equal(_gpu.moe_row_experts(x, per), moe_reference.moe_row_experts(x, per))
