@@ -250,3 +250,13 @@ def test_nosync_threshold_by_architecture(monkeypatch):
     assert not gpu_experts.nosync(spec, 10 ** 6, dev)
     monkeypatch.setenv("GLYD_MOE_NOSYNC_PAIRS", "2")
     assert gpu_experts.nosync(spec, 16, dev)
+
+
+def test_default_gate_is_act_times_up():
+    """transformers' experts decorator gives every decorated family _default_apply_gate
+    (act(gate) * up: the Glyd SwiGLU kernel's on a GPU); gpt-oss's clamped gate is its own."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+    assert not gpu_experts._own_gate(Qwen3MoeExperts.__new__(Qwen3MoeExperts))
+    assert gpu_experts._own_gate(GptOssExperts.__new__(GptOssExperts))
