@@ -458,12 +458,11 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 	const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
 
 	if (DEP) griddep_launch();
-	if (p.splits == 1 && p.escrows) {
-		for (int i = threadIdx.x; i <= ROWS; i += blockDim.x) {
-			const int64_t r = n0 + i < N ? n0 + i : N;
-			srows[i] = ld_u32((const uint32_t *)p.escrows + r);
-		}
-	}
+	// The escape ranges of the tile's rows (needed by the epilogue only) are
+	// the producers' to load: a consumer that stored them would wait a round
+	// trip before its first weight loads.
+	const bool esc = p.splits == 1 && p.escrows;
+	constexpr int EPL = (ROWS + 1 + 32 * PW - 1) / (32 * PW); // entries per producer lane
 	float acc[1][NT][4];
 #pragma unroll
 	for (int j = 0; j < NT; j++)
@@ -476,6 +475,13 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 		// permuted words. Rows past R read row R-1 (never stored); k past K
 		// reads as 0 (0 * w, never 0 * garbage).
 		const int pw = warp - 4 * KG;
+		uint32_t er[EPL];
+#pragma unroll
+		for (int e = 0; e < EPL; e++) {
+			const int i = pw * 32 + lane + e * 32 * PW;
+			const int64_t r = n0 + i < N ? n0 + i : N;
+			if (esc && i <= ROWS) er[e] = ld_u32((const uint32_t *)p.escrows + r);
+		}
 		if (DEP) griddep_wait(); // the activations are the previous kernel's output
 		for (int32_t j = pw; j < nkb; j += PW) {
 			const int32_t kb = kb_lo + j;
@@ -512,6 +518,11 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 			}
 			fence_proxy_async();
 			bar_arrive(1 + stage, BAR); // FULL
+		}
+#pragma unroll
+		for (int e = 0; e < EPL; e++) {
+			const int i = pw * 32 + lane + e * 32 * PW;
+			if (esc && i <= ROWS) srows[i] = er[e];
 		}
 	} else {
 		// Consumer warpgroup c: blocks j = c, c + KG, ...; a ring of U of
