@@ -219,3 +219,85 @@ func TestTransposedExpertsEmulated(t *testing.T) {
 	}
 	runtime.KeepAlive(keep)
 }
+
+// TestMoeActivationAndRoutingIdsEmulated runs MoeSiluMul and MoeRowExperts
+// (route.go and the driver layer) against kernels/emu's fake libcuda, which
+// runs moe.cu's glyd_moe_silu_mul and glyd_moe_row_experts on the CPU:
+// silu(gate) * up against a float32 reference (each op rounded to bf16 as
+// torch does), both the 8-wide and the scalar tail paths; the routing ids of
+// rows that are zero, negative zero, subnormal at their end, or NaN.
+func TestMoeActivationAndRoutingIdsEmulated(t *testing.T) {
+	if os.Getenv("GLYD_FAKE_CUDA") == "" {
+		t.Skip("set GLYD_FAKE_CUDA and LD_LIBRARY_PATH to the fake libcuda (kernels/emu/run.sh)")
+	}
+	s := uint32(9)
+	rnd := func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
+	aligned := func(n int) []uint16 { // 16-byte aligned, as the kernels require
+		b := make([]uint16, n+8)
+		o := int((16 - uintptr(unsafe.Pointer(&b[0]))%16) % 16 / 2)
+		return b[o : o+n]
+	}
+	special := []uint16{0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f7f, 0xff7f, 0x0001, 0x8001, 0x42b1, 0xc2b1}
+	for _, c := range []struct{ rows, inter int }{{3, 24}, {2, 13}, {1, 2056}} {
+		x := aligned(c.rows * 2 * c.inter)
+		for i := range x {
+			x[i] = bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 125)
+			if rnd()%17 == 0 {
+				x[i] = special[rnd()%uint32(len(special))]
+			}
+		}
+		y := aligned(c.rows * c.inter)
+		if err := MoeSiluMul(0, 0, uintptr(unsafe.Pointer(&x[0])), int64(c.rows), int64(c.inter), uintptr(unsafe.Pointer(&y[0]))); err != nil {
+			t.Fatal(err)
+		}
+		for r := 0; r < c.rows; r++ {
+			for j := 0; j < c.inter; j++ {
+				g := bf16.ToFloat32(x[r*2*c.inter+j])
+				u := bf16.ToFloat32(x[r*2*c.inter+c.inter+j])
+				sg := bf16.FromFloat32(g / (1 + float32(math.Exp(float64(-g)))))
+				want := bf16.FromFloat32(bf16.ToFloat32(sg) * u)
+				if got := y[r*c.inter+j]; got != want && !(bf16.IsNaN(got) && bf16.IsNaN(want)) {
+					t.Fatalf("rows %d inter %d: [%d][%d] silu(%#04x) * %#04x = %#04x, want %#04x", c.rows, c.inter, r, j,
+						x[r*2*c.inter+j], x[r*2*c.inter+c.inter+j], got, want)
+				}
+			}
+		}
+		runtime.KeepAlive(x)
+	}
+
+	const experts, per, hidden = 4, 3, 40
+	for _, h := range []int{hidden, 13} { // 8-wide loads, and the scalar path
+		x := aligned(experts * per * h)
+		want := make([]int64, experts*per)
+		for r := range want {
+			row := x[r*h : (r+1)*h]
+			want[r] = -1
+			switch r % 5 {
+			case 0: // zero
+			case 1:
+				for i := range row {
+					row[i] = 0x8000 // negative zeros are zero
+				}
+			case 2:
+				row[h-1] = 0x0001 // a subnormal at the end
+				want[r] = int64(r / per)
+			case 3:
+				row[h/2] = 0x7fc0 // NaN
+				want[r] = int64(r / per)
+			default:
+				for i := range row {
+					row[i] = bf16.FromFloat32(float32(i + 1))
+				}
+				want[r] = int64(r / per)
+			}
+		}
+		ids := make([]int64, len(want))
+		if err := MoeRowExperts(0, 0, uintptr(unsafe.Pointer(&x[0])), int64(len(want)), int64(h), per, uintptr(unsafe.Pointer(&ids[0]))); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids, want) {
+			t.Fatalf("hidden %d: ids %v, want %v", h, ids, want)
+		}
+		runtime.KeepAlive(x)
+	}
+}

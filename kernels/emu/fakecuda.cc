@@ -1,10 +1,10 @@
 // fakecuda.cc — a fake libcuda.so.1 that runs the pack kernels of
 // kernels/pack.cu, the fixed12 decode / escape index kernels of
-// kernels/decode.cu and the transposed experts kernels of kernels/moe.cu on
-// the CPU, with "device memory" = host memory. Tests only: core/gpu's
-// TestPackEmulated, TestDecodeRowsEmulated and TestTransposedExpertsEmulated
-// run the real host code (driver.c, pack.go, decode.go, moe.go) against it
-// when GLYD_FAKE_CUDA is set (kernels/emu/run.sh builds and runs).
+// kernels/decode.cu and the transposed experts, SwiGLU and routing-id kernels
+// of kernels/moe.cu on the CPU, with "device memory" = host memory. Tests
+// only: core/gpu's *Emulated tests run the real host code (driver.c, pack.go,
+// decode.go, moe.go, route.go) against it when GLYD_FAKE_CUDA is set
+// (kernels/emu/run.sh builds and runs).
 #include "shim.h"
 
 #include <cmath>
@@ -129,6 +129,14 @@ inline uint16_t __bfloat16_as_ushort(emu_bf16 h) { return h.b; }
 using std::fmaf;
 #include "linear_helpers.inc" // code_bytes, add_escape (extracted from kernels/linear.cu by run.sh)
 #include "moe_transposed.inc" // nth_expert, block_expert and the transposed experts kernels (moe.cu)
+// For moe.cu's SwiGLU and routing-id kernels: IEEE float ops (the host's are
+// round-to-nearest), the host's expf, a warp vote.
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float expf(float v) { return std::exp(v); }
+inline int __any_sync(unsigned, int pred) { return __ballot_sync(0xffffffffu, pred) != 0; }
+#include "moe_tail.inc" // glyd_moe_silu_mul, glyd_moe_row_experts (moe.cu)
 } // namespace emu_decode
 
 typedef void (*kfn)(const glyd_kparams);
@@ -150,6 +158,8 @@ static kern kernels[] = {
     {"glyd_lin_f12t_experts", emu_decode::glyd_lin_f12t_experts},
     {"glyd_lin_f12t1_experts", emu_decode::glyd_lin_f12t1_experts},
     {"glyd_lin_f12t_reduce", emu_decode::glyd_lin_f12t_reduce},
+    {"glyd_moe_silu_mul", emu_decode::glyd_moe_silu_mul},
+    {"glyd_moe_row_experts", emu_decode::glyd_moe_row_experts},
 };
 static kern unknown = {"unknown", nullptr};
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kernels/emu/run.sh — build the fake libcuda.so.1 (kernels/emu/fakecuda.cc:
-# kernels/pack.cu, decode.cu's fixed12 kernels and moe.cu's transposed experts
-# kernels on the CPU) and run core/gpu's emulated tests against it.
+# kernels/pack.cu, decode.cu's fixed12 kernels, moe.cu's transposed experts,
+# SwiGLU and routing-id kernels on the CPU) and run core/gpu's emulated tests
+# against it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${TMPDIR:-/tmp}/glyd-fakecuda
@@ -14,5 +15,7 @@ awk '/^\/\/ Per-byte add/{on=1} /^\/\/ -----/{on=0} /^\/\/ Escape index for the 
 # transposed experts kernels.
 awk '/^\/\/ The exponents of 8 weights from their 4-bit codes/{on=1} /^\/\/ 16 weights of one row/{on=0} /^\/\/ The escape correction of one output/{on=1} /^\/\/ Epilogue of one output/{on=0} on' kernels/linear.cu > "$OUT/linear_helpers.inc"
 awk '/^\/\/ The z-th expert \(0-based\)/{on=1} /^\/\/ The parameters of expert e for the tile code/{on=0} /^\/\/ Transposed experts:/{on=1} /^\/\/ Bin of a routing id/{on=0} on' kernels/moe.cu > "$OUT/moe_transposed.inc"
+# moe.cu's SwiGLU and routing-id kernels (from the SwiGLU's comment to the end).
+awk '/^\/\/ out\[r\]\[j\] = bf16\(bf16\(silu\(g\)\) \* u\)/{on=1} on' kernels/moe.cu > "$OUT/moe_tail.inc"
 g++ -std=c++20 -O1 -g -fPIC -shared -Wno-unknown-pragmas -I"$OUT" -o "$OUT/libcuda.so.1" kernels/emu/fakecuda.cc -lpthread
 LD_LIBRARY_PATH="$OUT" GLYD_FAKE_CUDA=1 go test -count=1 -run 'Emulated' -v ./core/gpu "$@"
