@@ -33,6 +33,17 @@ glyd.transformers.gpu_linear):
   2.77x, measured on the H200); environment GLYD_PROMPT_ROWS, read at import,
   0 = never; set_prompt_rows() for benchmarks. GLYD_PROMPT_TILE_MB
   / set_prompt_tile_mb() set the tile size.
+
+Mixtures of experts (glyd.transformers.gpu_experts) add four kernels around the
+grouped linear, none of which synchronizes with the host:
+
+    offs, tok, rows = moe_route(ids, topk, experts)   # pairs sorted by expert
+    h = moe_silu_mul(proj)                            # silu(gate) * up, torch's bf16 bits
+    out = moe_combine(x, d, w, ids, rows, experts)    # weighted sum per token, slot order
+    ids = moe_row_experts(x, rows_per_expert)         # Llama 4: the expert of each non-zero row
+
+On sm_90 the fused kernels are programmatic dependent launches (each starts in
+its predecessor's tail); GLYD_PDL=0 launches them plainly.
 """
 
 from __future__ import annotations
