@@ -341,6 +341,7 @@ class _Spec:
     kind = "fused"          # fused | grouped | glu2d
     w_in = "gate_up_proj"   # gate_up_proj | up_proj
     has_gate = True
+    gate = "glu"            # fused kind: plain act(proj) | own module._apply_gate | silu | glu act(gate) * up
     transposed = False
     bias_in = None          # attribute names of raw biases, or None
     bias_out = None
@@ -405,6 +406,12 @@ def spec_of(module) -> _Spec:
         s.bias_in = bi if p.get(bi) is not None else None
         s.bias_out = "down_proj_bias" if p.get("down_proj_bias") is not None else None
         s.all_experts = _nparams(_family_forward(module)) == 1
+        if not s.has_gate:
+            s.gate = "plain"
+        elif _own_gate(module):
+            s.gate = "own"
+        elif _is_silu(_act_or_none(module)):
+            s.gate = "silu"  # the Glyd kernel on a GPU
     elif set(holders) >= {"w1", "v1", "w2"}:
         s.kind = "glu2d"
         s.num_experts = s.num_total = holders["w1"].num_groups
@@ -422,12 +429,19 @@ def spec_of(module) -> _Spec:
     return s
 
 
-def _act(module):
+def _act_or_none(module):
     for a in ("act_fn", "activation_fn", "activation"):
         f = getattr(module, a, None)
         if f is not None:
             return f
-    raise InvalidArgumentError(1, f"{type(module).__name__}: no activation function found")
+    return None
+
+
+def _act(module):
+    f = _act_or_none(module)
+    if f is None:
+        raise InvalidArgumentError(1, f"{type(module).__name__}: no activation function found")
+    return f
 
 
 def _is_silu(act) -> bool:
@@ -450,18 +464,18 @@ def _own_gate(module) -> bool:
 
 
 def _gate(module, spec: _Spec, proj: torch.Tensor) -> torch.Tensor:
-    if not spec.has_gate:
+    """The expert MLP's gating of proj, as spec_of classified it once per module."""
+    if spec.gate == "plain":
         return _act(module)(proj)
-    if _own_gate(module):
+    if spec.gate == "own":
         return module._apply_gate(proj)
-    act = _act(module)
-    if (proj.is_cuda and proj.dtype == torch.bfloat16 and proj.dim() == 2 and proj.is_contiguous()
-            and proj.data_ptr() % 16 == 0 and proj.shape[1] % 2 == 0 and _is_silu(act)):
+    if (spec.gate == "silu" and proj.is_cuda and proj.dtype == torch.bfloat16 and proj.dim() == 2
+            and proj.is_contiguous() and proj.data_ptr() % 16 == 0 and proj.shape[1] % 2 == 0):
         from .. import _gpu
 
         return _gpu.moe_silu_mul(proj)  # one pass, the same bits as below (two over strided halves)
     gate, up = proj.chunk(2, dim=-1)
-    return act(gate) * up
+    return _act(module)(gate) * up
 
 
 # ---- the default (fused) path -----------------------------------------------------------------
