@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"os"
 	"runtime"
 	"testing"
 	"unsafe"
@@ -74,11 +73,8 @@ func TestDecodeRowsArguments(t *testing.T) {
 // compares every row range with the source tensor (lossless: the packed
 // tensor must decode to it). Run it with kernels/emu/run.sh; skipped otherwise.
 func TestDecodeRowsEmulated(t *testing.T) {
-	if os.Getenv("GLYD_FAKE_CUDA") == "" {
-		t.Skip("set GLYD_FAKE_CUDA and LD_LIBRARY_PATH to the fake libcuda (kernels/emu/run.sh)")
-	}
-	s := uint32(7)
-	rnd := func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
+	needFakeCUDA(t)
+	rnd := lcg(7)
 	cases := []struct {
 		n, k   int64
 		smOff  int // plane start offsets (alignment: odd offsets take the scalar kernel)

@@ -12,16 +12,28 @@ import (
 	"github.com/glyd/glyd/core/codec"
 )
 
+// needFakeCUDA skips t unless kernels/emu's fake libcuda.so.1 is loaded
+// (kernels/emu/run.sh sets GLYD_FAKE_CUDA and LD_LIBRARY_PATH).
+func needFakeCUDA(t *testing.T) {
+	t.Helper()
+	if os.Getenv("GLYD_FAKE_CUDA") == "" {
+		t.Skip("set GLYD_FAKE_CUDA and LD_LIBRARY_PATH to the fake libcuda (kernels/emu/run.sh)")
+	}
+}
+
+// lcg returns a deterministic pseudo-random source of 24-bit values for test data.
+func lcg(seed uint32) func() uint32 {
+	s := seed
+	return func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
+}
+
 // TestPackEmulated runs PackBound and Pack (the real host code and driver
 // layer) against kernels/emu's fake libcuda.so.1, which runs kernels/pack.cu
 // on the CPU with host memory as "device" memory. Run it with
 // kernels/emu/run.sh; skipped otherwise.
 func TestPackEmulated(t *testing.T) {
-	if os.Getenv("GLYD_FAKE_CUDA") == "" {
-		t.Skip("set GLYD_FAKE_CUDA and LD_LIBRARY_PATH to the fake libcuda (kernels/emu/run.sh)")
-	}
-	s := uint32(11)
-	rnd := func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
+	needFakeCUDA(t)
+	rnd := lcg(11)
 	cases := []struct {
 		shape  []int64
 		groups int
@@ -110,11 +122,8 @@ func TestPackEmulated(t *testing.T) {
 // outliers, and random bit patterns. Run it with kernels/emu/run.sh; skipped
 // otherwise.
 func TestTransposedExpertsEmulated(t *testing.T) {
-	if os.Getenv("GLYD_FAKE_CUDA") == "" {
-		t.Skip("set GLYD_FAKE_CUDA and LD_LIBRARY_PATH to the fake libcuda (kernels/emu/run.sh)")
-	}
-	s := uint32(5)
-	rnd := func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
+	needFakeCUDA(t)
+	rnd := lcg(5)
 	bf := func(v float64) uint16 { return bf16.FromFloat32(float32(v)) }
 	const e, in, out = 3, 600, 264 // 600 input rows: 9 splits; 264 columns: a partial second tile
 	w := make([]uint16, e*in*out)
@@ -227,11 +236,8 @@ func TestTransposedExpertsEmulated(t *testing.T) {
 // torch does), both the 8-wide and the scalar tail paths; the routing ids of
 // rows that are zero, negative zero, subnormal at their end, or NaN.
 func TestMoeActivationAndRoutingIdsEmulated(t *testing.T) {
-	if os.Getenv("GLYD_FAKE_CUDA") == "" {
-		t.Skip("set GLYD_FAKE_CUDA and LD_LIBRARY_PATH to the fake libcuda (kernels/emu/run.sh)")
-	}
-	s := uint32(9)
-	rnd := func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
+	needFakeCUDA(t)
+	rnd := lcg(9)
 	aligned := func(n int) []uint16 { // 16-byte aligned, as the kernels require
 		b := make([]uint16, n+8)
 		o := int((16 - uintptr(unsafe.Pointer(&b[0]))%16) % 16 / 2)

@@ -83,8 +83,7 @@ func emulatePack(t *testing.T, x []uint16, shape []int64, groups int) *codec.Ten
 }
 
 func TestPackPlanMatchesCodec(t *testing.T) {
-	s := uint32(1)
-	rnd := func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
+	rnd := lcg(1)
 	cases := []struct {
 		shape  []int64
 		groups int
@@ -251,8 +250,7 @@ func emulateSmall(t *testing.T, x []uint16, shape []int64, groups int) *codec.Te
 }
 
 func TestPackPlanSmallestMatchesCodec(t *testing.T) {
-	s := uint32(3)
-	rnd := func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
+	rnd := lcg(3)
 	for _, c := range []struct {
 		shape  []int64
 		groups int
