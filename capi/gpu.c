@@ -32,6 +32,15 @@ int glyd_gpu_linear(int device, void *stream, const void *x, int64_t rows, const
     return glydgo_gpu_linear(device, stream, (void *)x, rows, (glyd_gpu_tensor *)w, (void *)bias, y,
                              workspace, workspace_bytes);
 }
+int glyd_gpu_linear_many_workspace_bound(const glyd_gpu_tensor *w, size_t count, int64_t rows, size_t *bytes) {
+    return glydgo_gpu_linear_many_workspace_bound((glyd_gpu_tensor *)w, count, rows, bytes);
+}
+int glyd_gpu_linear_many(int device, void *stream, const void *x, int64_t rows, const glyd_gpu_tensor *w,
+                         size_t count, const void *const *bias, void *y, void *workspace,
+                         size_t workspace_bytes) {
+    return glydgo_gpu_linear_many(device, stream, (void *)x, rows, (glyd_gpu_tensor *)w, count, (void **)bias, y,
+                                  workspace, workspace_bytes);
+}
 int glyd_gpu_linear_kernel(int device, const glyd_gpu_tensor *w, int64_t rows, const char **name) {
     return glydgo_gpu_linear_kernel(device, (glyd_gpu_tensor *)w, rows, (char **)name);
 }

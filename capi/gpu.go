@@ -227,6 +227,74 @@ func glydgo_gpu_linear(device C.int, stream unsafe.Pointer, x unsafe.Pointer, ro
 	return result(gpu.Linear(int(device), uintptr(stream), uintptr(x), int(rows), d, uintptr(bias), uintptr(y), uintptr(ws), uint64(wsBytes)))
 }
 
+// gpuTensors converts an array of count glyd_gpu_tensor (C memory).
+func gpuTensors(w *C.glyd_gpu_tensor, count C.size_t) ([]*gpu.DeviceTensor, error) {
+	if w == nil || count == 0 {
+		return nil, errArg("w is NULL or count is 0")
+	}
+	if count > 1<<16 {
+		return nil, errArg("count %d is implausible", count)
+	}
+	ts := unsafe.Slice(w, int(count))
+	out := make([]*gpu.DeviceTensor, len(ts))
+	for i := range ts {
+		d, err := gpuTensor(&ts[i])
+		if err != nil {
+			return nil, status.Errorf(status.CodeOf(err), "weight %d: %v", i, err)
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+//export glydgo_gpu_linear_many_workspace_bound
+func glydgo_gpu_linear_many_workspace_bound(w *C.glyd_gpu_tensor, count C.size_t, rows C.int64_t, bytes *C.size_t) (rc C.int) {
+	defer guard(&rc)
+	if bytes == nil {
+		return fail(errArg("bytes is NULL"))
+	}
+	ws, err := gpuTensors(w, count)
+	if err != nil {
+		return fail(err)
+	}
+	if err := rowsArg(rows); err != nil {
+		return fail(err)
+	}
+	need, err := gpu.LinearManyWorkspaceBound(ws, int(rows))
+	if err != nil {
+		return fail(err)
+	}
+	*bytes = C.size_t(need)
+	return C.int(status.OK)
+}
+
+//export glydgo_gpu_linear_many
+func glydgo_gpu_linear_many(device C.int, stream unsafe.Pointer, x unsafe.Pointer, rows C.int64_t, w *C.glyd_gpu_tensor, count C.size_t, bias *unsafe.Pointer, y unsafe.Pointer, ws unsafe.Pointer, wsBytes C.size_t) (rc C.int) {
+	defer guard(&rc)
+	weights, err := gpuTensors(w, count)
+	if err != nil {
+		return fail(err)
+	}
+	if err := rowsArg(rows); err != nil {
+		return fail(err)
+	}
+	need, err := gpu.LinearManyWorkspaceBound(weights, int(rows))
+	if err != nil {
+		return fail(err)
+	}
+	if uint64(wsBytes) < need {
+		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_linear_many: workspace_bytes %d < %d", wsBytes, need))
+	}
+	var biases []uintptr
+	if bias != nil {
+		biases = make([]uintptr, len(weights))
+		for i, b := range unsafe.Slice(bias, len(weights)) {
+			biases[i] = uintptr(b)
+		}
+	}
+	return result(gpu.LinearMany(int(device), uintptr(stream), uintptr(x), int(rows), weights, biases, uintptr(y), uintptr(ws), uint64(wsBytes)))
+}
+
 var (
 	kernelNameMu sync.Mutex
 	kernelNameC  = map[string]*C.char{} // static storage for glyd_gpu_linear_kernel

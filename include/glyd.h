@@ -374,6 +374,32 @@ int glyd_gpu_linear(int device, void *stream, const void *x, int64_t rows,
                     const glyd_gpu_tensor *w, const void *bias, void *y, void *workspace,
                     size_t workspace_bytes);
 
+/* Workspace glyd_gpu_linear_many needs for the count weights w[0..count) and
+ * `rows` rows, in bytes (may be 0). */
+int glyd_gpu_linear_many_workspace_bound(const glyd_gpu_tensor *w, size_t count, int64_t rows,
+                                         size_t *bytes);
+
+/* y_i = x · w[i]ᵀ (+ bias[i]) for count weights of the same K that multiply
+ * the same input (q, k and v of a layer; gate and up): one kernel launch for
+ * up to four of them instead of one each, which a decode step of a few
+ * tokens feels (the small weights fill the GPU together).
+ *   x:    as glyd_gpu_linear.
+ *   w:    host array of count tensors, each as glyd_gpu_linear's w [N_i, K],
+ *         all of one K (INVALID_ARGUMENT otherwise; several weights need
+ *         K % 16 == 0, UNSUPPORTED otherwise).
+ *   bias: host array of count device addresses (NULL entries: no bias), or
+ *         NULL for no biases.
+ *   y:    device; output i, bf16 [rows, N_i] contiguous, starts at byte
+ *         2 * rows * (N_0 + ... + N_{i-1}): the outputs end to end.
+ *   workspace: device, workspace_bytes >= glyd_gpu_linear_many_workspace_bound.
+ * Math as glyd_gpu_linear; the kernel configuration is chosen for the
+ * weights of a launch together, so an output may differ from
+ * glyd_gpu_linear of its weight alone within bf16 rounding (deterministic
+ * either way). glyd_gpu_linear is this call with one weight. */
+int glyd_gpu_linear_many(int device, void *stream, const void *x, int64_t rows,
+                         const glyd_gpu_tensor *w, size_t count, const void *const *bias, void *y,
+                         void *workspace, size_t workspace_bytes);
+
 /* Name of the kernel glyd_gpu_linear runs on `device` for w and `rows`
  * (static storage), for diagnostics and benchmarks. The choice depends on the
  * GPU: sm_90 (H100, H200) runs wgmma kernels (glyd_lin_f12w_*) from 9 rows on,

@@ -42,6 +42,12 @@
  *   Preconditions (host checks, else glyd_lin_f12_generic): K % 16 == 0;
  *   sm, code, x 16-byte aligned. _safe variants: base + 15 >= 255 (the
  *   escape value must not be Inf/NaN or carry into the next byte).
+ *   Several weights of the same K, one launch (glyd_kparams.seg, nseg <=
+ *   GLYD_MAX_SEGMENTS): blockIdx.y runs over the weight tiles of each in
+ *   turn and every block takes its weight's fields (segment_tile); each
+ *   weight's output is its own contiguous [R, N_i]. q/k/v or gate/up of a
+ *   layer are one launch instead of three or two (a single weight is one
+ *   segment). The split-K reduce does the same per output.
  *
  * glyd_lin_f12_generic: any K and alignment; one warp per (weight row, 8
  *   tokens), 4 warps per block; grid (ceil(R/8), ceil(N/4)). Slow, exact same
@@ -380,23 +386,80 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 	block_epilogue<MT, NT, WN, WK, SAFE>(p, red, srows, acc, n0, m0, split_z);
 }
 
-// Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]).
+// A dense launch's parameters for its segment sel (glyd_kparams.seg), whose
+// outputs start after pre rows of weights: that weight's fields, its output
+// and its split-K partial sums. Unrolled selects: a dynamic index into the
+// parameter block would copy the block to local memory.
+__device__ __forceinline__ glyd_kparams segment_params(const glyd_kparams &p, int sel, int64_t pre) {
+	glyd_kparams q = p;
+#pragma unroll
+	for (int s = 0; s < GLYD_MAX_SEGMENTS; s++)
+		if (s == sel) {
+			q.sm = p.seg[s].sm;
+			q.code = p.seg[s].code;
+			q.escrows = p.seg[s].escrows;
+			q.escrecs = p.seg[s].escrecs;
+			q.bias = p.seg[s].bias;
+			q.N = p.seg[s].N;
+			q.base = p.seg[s].base;
+			q.ebase = p.seg[s].ebase;
+		}
+	q.y = p.y + (glyd_u64)(2 * p.rows * pre);
+	q.ws = p.ws + (glyd_u64)(4 * (int64_t)p.splits * p.rows * pre);
+	return q;
+}
+
+// The segment of a dense launch's weight tile `*tile` (blockIdx.y counts the
+// ROWS-row tiles of seg[0], then those of seg[1], ...): its parameters, with
+// *tile set to the tile's index within the segment.
+template <int ROWS>
+__device__ __forceinline__ glyd_kparams segment_tile(const glyd_kparams &p, int64_t *tile) {
+	int64_t t = *tile, pre = 0;
+	int sel = 0;
+#pragma unroll
+	for (int s = 0; s + 1 < GLYD_MAX_SEGMENTS; s++) {
+		const int64_t tiles = (p.seg[s].N + ROWS - 1) / ROWS;
+		if (sel == s && s + 1 < (int)p.nseg && t >= tiles) {
+			t -= tiles;
+			pre += p.seg[s].N;
+			sel = s + 1;
+		}
+	}
+	*tile = t;
+	return segment_params(p, sel, pre);
+}
+
+// Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]), for
+// the outputs of every segment (p.N = the segments' rows together; output i
+// of the launch is element i of the segments' outputs laid end to end).
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce(const glyd_kparams p) {
 	griddep_launch();
 	griddep_wait(); // the partial sums are the previous kernel's output
-	const int64_t total = p.rows * p.N;
-	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= total) return;
-	const int64_t m = i / p.N, n = i % p.N;
-	const float *ws = (const float *)p.ws;
-	float v = 0.f;
-	for (uint32_t z = 0; z < p.splits; z++) v += ws[(size_t)z * (size_t)total + i];
-	uint32_t e0 = 0, e1 = 0;
-	if (p.escrows) {
-		e0 = ((const uint32_t *)p.escrows)[n];
-		e1 = ((const uint32_t *)p.escrows)[n + 1];
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= p.rows * p.N) return;
+	int64_t pre = 0;
+	int sel = 0;
+#pragma unroll
+	for (int s = 0; s + 1 < GLYD_MAX_SEGMENTS; s++) {
+		const int64_t outs = p.rows * p.seg[s].N;
+		if (sel == s && s + 1 < (int)p.nseg && i >= outs) {
+			i -= outs;
+			pre += p.seg[s].N;
+			sel = s + 1;
+		}
 	}
-	((uint16_t *)p.y)[i] = finish(p, m, n, v, e0, e1);
+	const glyd_kparams q = segment_params(p, sel, pre);
+	const int64_t total = q.rows * q.N;
+	const int64_t m = i / q.N, n = i % q.N;
+	const float *ws = (const float *)q.ws;
+	float v = 0.f;
+	for (uint32_t z = 0; z < q.splits; z++) v += ws[(size_t)z * (size_t)total + i];
+	uint32_t e0 = 0, e1 = 0;
+	if (q.escrows) {
+		e0 = ((const uint32_t *)q.escrows)[n];
+		e1 = ((const uint32_t *)q.escrows)[n + 1];
+	}
+	((uint16_t *)q.y)[i] = finish(q, m, n, v, e0, e1);
 }
 
 // Hopper (sm_90a): the same decode feeding wgmma. y^T = W * x^T with the
@@ -594,7 +657,9 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 
 template <int TB, int KG, int S, int U, int PW, bool SAFE>
 __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *smem) {
-	wgmma_tile<TB, KG, S, U, PW, SAFE, true>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+	int64_t tile = blockIdx.y;
+	const glyd_kparams q = segment_tile<64>(p, &tile);
+	wgmma_tile<TB, KG, S, U, PW, SAFE, true>(q, smem, blockIdx.x, tile, blockIdx.z);
 }
 
 // BOUNDS: the launch bounds, (threads) or (threads, blocks per SM the
@@ -611,12 +676,14 @@ GLYD_LINW(32, 2, 4, 2, 2, (320))
 GLYD_LINW(32, 1, 4, 4, 2, (192, 3))
 GLYD_LINW(64, 1, 4, 4, 4, (256))
 
-// The dense kernels: one output tile per block, at the block's indices;
-// programmatic dependent launches on sm_90 (DEP: the grouped experts kernels
+// The dense kernels: one output tile per block, at the block's indices (the
+// tile index picks the segment: segment_tile); programmatic dependent launches on sm_90 (DEP: the grouped experts kernels
 // of moe.cu are launched plainly and keep the code without the waits).
 template <int MT, int NT, int WN, int WK, int U, bool SAFE>
 __device__ __forceinline__ void linear_f12_block(const glyd_kparams &p, float *smem) {
-	linear_f12<MT, NT, WN, WK, U, SAFE, true>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+	int64_t tile = blockIdx.y;
+	const glyd_kparams q = segment_tile<16 * MT * WN>(p, &tile);
+	linear_f12<MT, NT, WN, WK, U, SAFE, true>(q, smem, blockIdx.x, tile, blockIdx.z);
 }
 #define GLYD_LIN(MT, NT, WN, WK, U)                                                                   \
 	GLYD_KERNEL_PAIR(glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U, (32 * WN * WK), linear_f12_block, MT, NT, WN, \

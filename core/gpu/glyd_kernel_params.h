@@ -13,6 +13,9 @@
 #ifndef GLYD_KERNEL_PARAMS_H
 #define GLYD_KERNEL_PARAMS_H
 
+/* Weights one dense fused-linear launch multiplies by the same x (kernels/linear.cu). */
+#define GLYD_MAX_SEGMENTS 4
+
 #ifdef __CUDACC__
 typedef unsigned long long glyd_u64;
 typedef long long glyd_i64;
@@ -23,6 +26,17 @@ typedef uint64_t glyd_u64;
 typedef int64_t glyd_i64;
 typedef uint32_t glyd_u32;
 #endif
+
+/* One weight [N, K] of a dense fused-linear launch: its planes (fixed12, one
+ * group), escape index, base and bias. */
+typedef struct glyd_segment {
+	glyd_u64 sm, code;         /* its sm and code planes */
+	glyd_u64 escrows, escrecs; /* its escape row index, 0 if no escapes */
+	glyd_u64 bias;             /* bf16 [N] or 0 */
+	glyd_i64 N;                /* its rows (output features) */
+	glyd_u32 base;             /* exponent of code 0 */
+	glyd_u32 ebase;            /* exponent the kernel gives escaped weights (base+15, or 0) */
+} glyd_segment;
 
 typedef struct glyd_kparams {
 	/* Planes of ONE group (group offsets already added by the host). */
@@ -78,6 +92,15 @@ typedef struct glyd_kparams {
 	 * sorted row of each pair; rw = fp32 [pairs] routing weights. */
 	glyd_u64 ids, tok, rowof, rw;
 	glyd_i64 topk, experts_total;
+	/* Dense fused linears (glyd_lin_f12*, glyd_lin_reduce): nseg weights of
+	 * the same K multiplied by x in one launch. blockIdx.y counts the weight
+	 * tiles of seg[0], then those of seg[1], ...; output i is bf16 [rows,
+	 * N_i] at y + 2*rows*(N_0 + ... + N_{i-1}), its split-K partial sums
+	 * [splits][rows][N_i] at ws + 4*splits*rows*(the same sum). The kernels
+	 * take the weight fields above from the segment of their tile. */
+	glyd_u32 nseg;
+	glyd_u32 pad2;
+	glyd_segment seg[GLYD_MAX_SEGMENTS];
 } glyd_kparams;
 
 /* One expert (one group of a packed experts tensor) as the grouped kernels

@@ -103,16 +103,83 @@ func TestWorkspaceSplits(t *testing.T) {
 	for _, c := range linConfigs {
 		for _, nk := range [][2]int64{{6144, 4096}, {4096, 4096}, {24576, 4096}, {4096, 12288}, {300, 1040}} {
 			for _, rows := range []int64{1, 9, 16, 32, 64, 128, 300} {
-				bound := c.splits(nk[0], nk[1], rows, wgmmaSlotsMax)
+				bound := c.splits(c.tilesOf(nk[0]), nk[1], rows, wgmmaSlotsMax)
 				for _, slots := range []int{132, 264, 396, wgmmaSlotsMax, 8 * 132} {
-					if s := c.splits(nk[0], nk[1], rows, slots); s > bound {
+					if s := c.splits(c.tilesOf(nk[0]), nk[1], rows, slots); s > bound {
 						t.Fatalf("%s %v rows %d: %d splits on %d slots > bound %d", c.name(), nk, rows, s, slots, bound)
 					}
 				}
 			}
 		}
 	}
-	if s := wgConfig(64, 1, 4, 4, 4).splits(24576, 4096, 128, wgmmaSlotsMax); s != 1 {
+	if s := wgConfig(64, 1, 4, 4, 4).splits(24576/64, 4096, 128, wgmmaSlotsMax); s != 1 {
 		t.Fatalf("gate_up at 128 tokens: %d splits, want 1 (768 blocks fill the GPU)", s)
+	}
+}
+
+func fakeMatrix(n, k int64) *DeviceTensor {
+	w := &DeviceTensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: []int64{n, k},
+		Groups: []codec.Group{{Elements: uint64(n * k), Base: 100}}}
+	w.Planes[codec.PlaneSM], w.Planes[codec.PlaneCode] = 256, 512
+	return w
+}
+
+// LinearMany's arguments are checked before any device work, and its
+// workspace bound covers each launch: the weights of a launch together,
+// launches of at most maxSegments weights sharing the workspace.
+func TestLinearManyArgs(t *testing.T) {
+	q, k, v := fakeMatrix(4096, 4096), fakeMatrix(1024, 4096), fakeMatrix(1024, 4096)
+	for _, c := range []struct {
+		ws   []*DeviceTensor
+		code status.Code
+	}{
+		{nil, status.InvalidArgument},
+		{[]*DeviceTensor{q, fakeMatrix(1024, 2048)}, status.InvalidArgument}, // two K
+		{[]*DeviceTensor{fakeMatrix(8, 24), fakeMatrix(8, 24)}, status.Unsupported},
+	} {
+		if err := LinearMany(0, 0, 1024, 1, c.ws, nil, 2048, 0, 0); status.CodeOf(err) != c.code {
+			t.Fatalf("%d weights: %v, want code %v", len(c.ws), err, c.code)
+		}
+	}
+	if err := LinearMany(0, 0, 1024, 1, []*DeviceTensor{q, k}, []uintptr{0}, 2048, 0, 0); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("one bias for two weights: %v", err)
+	}
+	esc := fakeMatrix(64, 64)
+	esc.Groups[0].Escapes = 1
+	esc.Planes[codec.PlaneEscIdx], esc.Planes[codec.PlaneEscExp] = 768, 1024
+	if err := LinearMany(0, 0, 1024, 1, []*DeviceTensor{esc}, nil, 2048, 0, 0); status.CodeOf(err) != status.InvalidArgument {
+		t.Fatalf("escapes without index: %v", err)
+	}
+
+	for _, rows := range []int{1, 8, 16, 64, 128} {
+		many, err := LinearManyWorkspaceBound([]*DeviceTensor{q, k, v}, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want uint64
+		for _, hopper := range []bool{false, true} {
+			c := linConfigs[pickConfig(int64(rows), 6144, hopper)]
+			tiles := c.tilesOf(4096) + 2*c.tilesOf(1024)
+			if s := c.splits(tiles, 4096, int64(rows), wgmmaSlotsMax); s > 1 {
+				want = max(want, uint64(s)*uint64(rows)*6144*4)
+			}
+		}
+		if many != want {
+			t.Fatalf("rows %d: bound %d, want %d", rows, many, want)
+		}
+	}
+	// Six weights: two launches (4 + 2) sharing one workspace.
+	six := []*DeviceTensor{k, k, k, k, v, v}
+	if got := chunks(six); len(got) != 2 || len(got[0]) != maxSegments || len(got[1]) != 2 {
+		t.Fatalf("chunks of 6: %d", len(got))
+	}
+	b6, _ := LinearManyWorkspaceBound(six, 1)
+	b4, _ := LinearManyWorkspaceBound(six[:4], 1)
+	b2, _ := LinearManyWorkspaceBound(six[4:], 1)
+	if b6 != max(b4, b2) {
+		t.Fatalf("bound of 6 weights %d, launches %d and %d", b6, b4, b2)
+	}
+	if b1, _ := LinearWorkspaceBound(k, 1); b1 == 0 {
+		t.Fatal("a 1024-row weight alone splits K at 1 token")
 	}
 }

@@ -156,15 +156,20 @@ const splitTarget = 264
 // workspace bound holds for every GPU without asking the device.
 const wgmmaSlotsMax = 4 * 132
 
-// splits returns how many blocks share the K of one output tile.
+// tilesOf is the number of weight tiles (blocks along the weight rows) of a
+// weight of n rows.
+func (c linConfig) tilesOf(n int64) int64 { return (n + int64(c.rows()) - 1) / int64(c.rows()) }
+
+// splits returns how many blocks share the K of one output tile, for a launch
+// of tiles weight tiles.
 //
 // Warpgroup configurations run one long block per 64-row tile; a second
 // wave of blocks would double the time, so they split K until the blocks
 // fill every resident slot of the GPU (slots = blocks per SM x SMs, at most
 // wgmmaSlotsMax; the bound takes wgmmaSlotsMax). Their result bits thus
 // depend on the GPU model (deterministic on each).
-func (c linConfig) splits(n, k, rows int64, slots int) int64 {
-	ctas := ((n + int64(c.rows()) - 1) / int64(c.rows())) * ((rows + int64(c.tokens()) - 1) / int64(c.tokens()))
+func (c linConfig) splits(tiles, k, rows int64, slots int) int64 {
+	ctas := tiles * ((rows + int64(c.tokens()) - 1) / int64(c.tokens()))
 	maxs := ((k + 63) / 64) / int64(2*c.WK) // each warp keeps >= 2 k-blocks
 	target := int64(splitTarget)
 	if c.Kind == linWgmma {
@@ -183,8 +188,8 @@ func escapeExponent(base uint8) uint32 {
 	return uint32(base) + 15
 }
 
-// setOperands fills the operand fields every fused linear reads (x, bias, y
-// and the sizes; one split).
+// setOperands fills the operand fields the grouped experts kernels read (x,
+// bias, y and the sizes; one split).
 func setOperands(p *C.glyd_kparams, x, bias, y uintptr, rows, n, k int64) {
 	p.x = C.glyd_u64(x)
 	p.bias = C.glyd_u64(bias)
@@ -241,7 +246,7 @@ func ConfigNames() []string {
 // ConfigFor names the kernel Linear would run on device dev for w and rows
 // tokens.
 func ConfigFor(dev int, w *DeviceTensor, rows int) (string, error) {
-	if fast, _ := fastPath(w, 0); !fast || forced.Load() < 0 {
+	if !fusedWeight(w) || !fastPath(w, 0) || forced.Load() < 0 {
 		return "glyd_lin_f12_generic", nil
 	}
 	d, err := load(dev)
@@ -251,37 +256,138 @@ func ConfigFor(dev int, w *DeviceTensor, rows int) (string, error) {
 	return linConfigs[pickConfig(int64(rows), w.Shape[0], d.hopper())].name(), nil
 }
 
-func fastPath(w *DeviceTensor, x uintptr) (bool, int64) {
+func fastPath(w *DeviceTensor, x uintptr) bool {
 	k := w.Shape[len(w.Shape)-1]
 	g := &w.Groups[0]
 	sm := uint64(w.Planes[codec.PlaneSM]) + g.Offsets[codec.PlaneSM]
 	cd := uint64(w.Planes[codec.PlaneCode]) + g.Offsets[codec.PlaneCode]
-	return k%16 == 0 && sm%16 == 0 && cd%16 == 0 && uint64(x)%16 == 0, k
+	return k%16 == 0 && sm%16 == 0 && cd%16 == 0 && uint64(x)%16 == 0
+}
+
+// maxSegments is the number of weights one dense launch multiplies
+// (GLYD_MAX_SEGMENTS); LinearMany launches once per that many.
+const maxSegments = int(C.GLYD_MAX_SEGMENTS)
+
+// chunks splits the weights of a LinearMany call into the launches it makes.
+func chunks(ws []*DeviceTensor) [][]*DeviceTensor {
+	var out [][]*DeviceTensor
+	for i := 0; i < len(ws); i += maxSegments {
+		out = append(out, ws[i:min(i+maxSegments, len(ws))])
+	}
+	return out
+}
+
+// fusedWeight reports whether Linear can run w: fixed12, a 2-D matrix of one
+// group, K a multiple of 16.
+func fusedWeight(w *DeviceTensor) bool {
+	return w.Layout == codec.Fixed12 && len(w.Shape) == 2 && len(w.Groups) == 1 && w.Shape[1]%16 == 0
 }
 
 // LinearWorkspaceBound returns the workspace Linear needs for w and rows
-// tokens, in bytes: the fp32 partial sums when K is split over blocks, else 0.
-// It does not depend on the device: the larger of the Hopper and the other
-// choice.
+// tokens, in bytes: the fp32 partial sums when K is split over blocks, else 0
+// (also for weights Linear does not take).
 func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
 	if err := w.validate(); err != nil {
 		return 0, err
 	}
-	if w.Layout != codec.Fixed12 || len(w.Shape) != 2 || len(w.Groups) != 1 || rows <= 0 {
+	if !fusedWeight(w) {
 		return 0, nil
 	}
-	n, k := w.Shape[0], w.Shape[1]
-	if k%16 != 0 || forced.Load() < 0 {
+	return LinearManyWorkspaceBound([]*DeviceTensor{w}, rows)
+}
+
+// LinearManyWorkspaceBound returns the workspace LinearMany needs for ws and
+// rows tokens, in bytes (its launches run in stream order and share it). It
+// does not depend on the device: the larger of the Hopper and the other
+// choice.
+func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
+	k, err := manyDims(ws)
+	if err != nil {
+		return 0, err
+	}
+	if rows <= 0 || forced.Load() < 0 {
 		return 0, nil
 	}
 	var need uint64
-	for _, hopper := range []bool{false, true} {
-		c := linConfigs[pickConfig(int64(rows), n, hopper)]
-		if s := c.splits(n, k, int64(rows), wgmmaSlotsMax); s > 1 {
-			need = max(need, uint64(s)*uint64(rows)*uint64(n)*4)
+	for _, ch := range chunks(ws) {
+		n := sumRows(ch)
+		for _, hopper := range []bool{false, true} {
+			c := linConfigs[pickConfig(int64(rows), n, hopper)]
+			if s := c.splits(weightTiles(c, ch), k, int64(rows), wgmmaSlotsMax); s > 1 {
+				need = max(need, uint64(s)*uint64(rows)*uint64(n)*4)
+			}
 		}
 	}
 	return need, nil
+}
+
+// manyDims checks the weights of a LinearMany call (each a fixed12 matrix of
+// one group with its escape index when it has escapes, all of the same K, K a
+// multiple of 16 when there are several) and returns K.
+func manyDims(ws []*DeviceTensor) (int64, error) {
+	if len(ws) == 0 {
+		return 0, status.Errorf(status.InvalidArgument, "gpu: linear of no weights")
+	}
+	var k int64
+	for i, w := range ws {
+		if err := w.validate(); err != nil {
+			return 0, err
+		}
+		if w.Layout != codec.Fixed12 {
+			return 0, status.Errorf(status.Unsupported, "gpu: no fused kernel for layout %d yet; decode the weight then multiply", w.Layout)
+		}
+		if len(w.Shape) != 2 {
+			return 0, status.Errorf(status.Unsupported, "gpu: linear weight must be 2-D, have %v", w.Shape)
+		}
+		if _, _, err := matrixDims(w); err != nil {
+			return 0, err
+		}
+		if g := &w.Groups[0]; g.Escapes > 0 && w.EscRows == 0 {
+			return 0, status.Errorf(status.InvalidArgument, "gpu: weight %d has %d escapes but no escape row index (BuildEscapeIndex)", i, g.Escapes)
+		}
+		if i == 0 {
+			k = w.Shape[1]
+		} else if w.Shape[1] != k {
+			return 0, status.Errorf(status.InvalidArgument, "gpu: weight %d has K = %d, weight 0 K = %d: one input needs one K", i, w.Shape[1], k)
+		}
+	}
+	if len(ws) > 1 && k%16 != 0 {
+		return 0, status.Errorf(status.Unsupported, "gpu: several weights in one launch need K %% 16 == 0, have K = %d", k)
+	}
+	return k, nil
+}
+
+func sumRows(ws []*DeviceTensor) int64 {
+	var n int64
+	for _, w := range ws {
+		n += w.Shape[0]
+	}
+	return n
+}
+
+func weightTiles(c linConfig, ws []*DeviceTensor) int64 {
+	var t int64
+	for _, w := range ws {
+		t += c.tilesOf(w.Shape[0])
+	}
+	return t
+}
+
+// segment describes weight w (bias: device address or 0) to the dense
+// kernels; ebase as escapeExponent, or 0 for the _safe kernels.
+func segment(w *DeviceTensor, bias uintptr, ebase uint32) C.glyd_segment {
+	p := groupParams(w, 0)
+	var s C.glyd_segment
+	s.sm, s.code = p.sm, p.code
+	if w.Groups[0].Escapes > 0 {
+		s.escrows = C.glyd_u64(w.EscRows)
+		s.escrecs = C.glyd_u64(uint64(w.EscRows) + escRowsBytes(w.Shape[0]))
+	}
+	s.bias = C.glyd_u64(bias)
+	s.N = C.glyd_i64(w.Shape[0])
+	s.base = p.base
+	s.ebase = C.glyd_u32(ebase)
+	return s
 }
 
 // Linear computes y = x·Wᵀ (+ bias) on the caller's stream, decoding W inside
@@ -295,67 +401,126 @@ func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
 // row index (BuildEscapeIndex, w.EscRows). workspace/wsBytes: a device buffer
 // of at least LinearWorkspaceBound bytes (may be 0 when the bound is 0).
 func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias, y, workspace uintptr, wsBytes uint64) error {
-	if err := w.validate(); err != nil {
-		return err
-	}
-	if w.Layout != codec.Fixed12 {
-		return status.Errorf(status.Unsupported, "gpu: no fused kernel for layout %d yet; decode the weight then multiply", w.Layout)
-	}
-	n, k, err := matrixDims(w)
+	return LinearMany(dev, stream, x, rows, []*DeviceTensor{w}, []uintptr{bias}, y, workspace, wsBytes)
+}
+
+// LinearMany computes y_i = x·W_iᵀ (+ bias_i) for weights W_i [N_i, K] of the
+// same K (q, k and v of a layer; gate and up), in one launch per maxSegments
+// weights instead of one per weight:
+//
+//	biases  one device address per weight (0: none), or nil for none
+//	y       the outputs end to end: output i, bf16 [rows, N_i], at
+//	        y + 2·rows·(N_0 + ... + N_{i-1})
+//
+// Math as Linear. The tile configuration (and so the summation order) is
+// chosen for the weights of a launch together, so an output's bits may
+// differ from Linear of its weight alone, within the same bf16 rounding.
+// workspace: at least LinearManyWorkspaceBound bytes.
+func LinearMany(dev int, stream uintptr, x uintptr, rows int, ws []*DeviceTensor, biases []uintptr, y, workspace uintptr, wsBytes uint64) error {
+	k, err := manyDims(ws)
 	if err != nil {
 		return err
 	}
-	if len(w.Shape) != 2 {
-		return status.Errorf(status.Unsupported, "gpu: linear weight must be 2-D, have %v", w.Shape)
+	if biases != nil && len(biases) != len(ws) {
+		return status.Errorf(status.InvalidArgument, "gpu: %d biases for %d weights", len(biases), len(ws))
 	}
 	if rows < 0 {
 		return status.Errorf(status.InvalidArgument, "gpu: rows %d < 0", rows)
 	}
-	if rows == 0 || n == 0 {
+	if rows == 0 || sumRows(ws) == 0 {
 		return nil
 	}
 	if x == 0 || y == 0 {
 		return status.Errorf(status.InvalidArgument, "gpu: nil x or y")
 	}
-	g := &w.Groups[0]
-	if g.Escapes > 0 && w.EscRows == 0 {
-		return status.Errorf(status.InvalidArgument, "gpu: weight has %d escapes but no escape row index (BuildEscapeIndex)", g.Escapes)
-	}
 	d, err := load(dev)
 	if err != nil {
 		return err
 	}
-	p := groupParams(w, 0)
-	if g.Escapes > 0 {
-		p.escrows = C.glyd_u64(w.EscRows)
-		p.escrecs = C.glyd_u64(uint64(w.EscRows) + escRowsBytes(n))
-	}
-	setOperands(&p, x, bias, y, int64(rows), n, k)
-	fast, _ := fastPath(w, x)
-	if !fast || forced.Load() < 0 || k == 0 {
-		gy := (n + 3) / 4
-		if gy > 65535 {
-			return status.Errorf(status.Unsupported, "gpu: %d weight rows is too many for one launch", n)
+	bias := func(i int) uintptr {
+		if biases == nil {
+			return 0
 		}
-		p.ebase = 0
-		return launch(dev, kLinGeneric, uint32((int64(rows)+7)/8), uint32(gy), 1, 128, 0, stream, &p)
+		return biases[i]
 	}
+	fast := forced.Load() >= 0 && k > 0
+	for _, w := range ws {
+		fast = fast && fastPath(w, x)
+	}
+	if !fast {
+		// The generic kernel, one weight at a time (one weight: K not a
+		// multiple of 16, or unaligned planes or x).
+		for i, w := range ws {
+			n := w.Shape[0]
+			gy := (n + 3) / 4
+			if gy > 65535 {
+				return status.Errorf(status.Unsupported, "gpu: %d weight rows is too many for one launch", n)
+			}
+			if n > 0 {
+				p := groupParams(w, 0)
+				sg := segment(w, bias(i), 0)
+				p.escrows, p.escrecs = sg.escrows, sg.escrecs
+				p.x, p.bias, p.y = C.glyd_u64(x), sg.bias, C.glyd_u64(y)
+				p.rows, p.N, p.K, p.splits = C.glyd_i64(rows), C.glyd_i64(n), C.glyd_i64(k), 1
+				if err := launch(dev, kLinGeneric, uint32((int64(rows)+7)/8), uint32(gy), 1, 128, 0, stream, &p); err != nil {
+					return err
+				}
+			}
+			y += uintptr(2 * int64(rows) * n)
+		}
+		return nil
+	}
+	b0 := 0
+	for _, ch := range chunks(ws) {
+		bs := make([]uintptr, len(ch))
+		for i := range ch {
+			bs[i] = bias(b0 + i)
+		}
+		if err := d.linearLaunch(dev, stream, x, rows, k, ch, bs, y, workspace, wsBytes); err != nil {
+			return err
+		}
+		b0 += len(ch)
+		y += uintptr(2 * int64(rows) * sumRows(ch))
+	}
+	return nil
+}
+
+// linearLaunch is one launch of LinearMany (plus its split-K reduce): at
+// most maxSegments weights, all on the fast path.
+func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k int64, ws []*DeviceTensor, biases []uintptr, y, workspace uintptr, wsBytes uint64) error {
+	n := sumRows(ws)
 	ci := pickConfig(int64(rows), n, d.hopper())
 	c := linConfigs[ci]
 	if err := d.canRun(c, c.name()); err != nil {
 		return err
 	}
-	gy := (n + int64(c.rows()) - 1) / int64(c.rows())
+	tiles := weightTiles(c, ws)
 	gx := (int64(rows) + int64(c.tokens()) - 1) / int64(c.tokens())
-	if gy > 65535 || gx > 1<<31-1 {
+	if tiles > 65535 || gx > 1<<31-1 {
 		return status.Errorf(status.Unsupported, "gpu: %d x %d is too large for one launch", rows, n)
 	}
-	kidx := kLinFirst + 2*ci
-	p.ebase = C.glyd_u32(escapeExponent(g.Base))
-	if p.ebase == 0 {
-		kidx++ // the _safe kernel
+	// The _safe kernel when any weight needs it (its escapes decode as 0
+	// for every weight of the launch).
+	safe := false
+	for _, w := range ws {
+		safe = safe || escapeExponent(w.Groups[0].Base) == 0
 	}
-	s := c.splits(n, k, int64(rows), d.occ[ci]*d.info.SMs)
+	var p C.glyd_kparams
+	for i, w := range ws {
+		eb := uint32(0)
+		if !safe {
+			eb = escapeExponent(w.Groups[0].Base)
+		}
+		p.seg[i] = segment(w, biases[i], eb)
+	}
+	p.nseg = C.glyd_u32(len(ws))
+	p.x, p.y = C.glyd_u64(x), C.glyd_u64(y)
+	p.rows, p.N, p.K, p.splits = C.glyd_i64(rows), C.glyd_i64(n), C.glyd_i64(k), 1
+	kidx := kLinFirst + 2*ci
+	if safe {
+		kidx++
+	}
+	s := c.splits(tiles, k, int64(rows), d.occ[ci]*d.info.SMs)
 	if s > 1 {
 		need := uint64(s) * uint64(rows) * uint64(n) * 4
 		if workspace == 0 || wsBytes < need {
@@ -368,7 +533,7 @@ func Linear(dev int, stream uintptr, x uintptr, rows int, w *DeviceTensor, bias,
 	// blocks start in the previous kernel's tail and load their first
 	// weights before they wait for it.
 	pdl := d.programmatic()
-	if err := launchAs(dev, kidx, uint32(gx), uint32(gy), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p, pdl); err != nil {
+	if err := launchAs(dev, kidx, uint32(gx), uint32(tiles), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p, pdl); err != nil {
 		return err
 	}
 	if s > 1 {

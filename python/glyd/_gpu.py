@@ -59,7 +59,7 @@ import torch
 from . import _lib
 from .errors import InvalidArgumentError
 
-__all__ = ["DeviceTensor", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "pack",
+__all__ = ["DeviceTensor", "MultiLinear", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "pack",
            "pack_planes", "pack_device", "set_prompt_rows", "prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL", "moe_route",
            "moe_combine", "moe_silu_mul", "moe_row_experts"]
 
@@ -113,6 +113,9 @@ _SIGNATURES = {
     "glyd_gpu_build_escape_index": (c_int, [c_int, c_void_p, _T, c_void_p, c_size_t]),
     "glyd_gpu_linear_workspace_bound": (c_int, [_T, c_int64, POINTER(c_size_t)]),
     "glyd_gpu_linear": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_void_p, c_void_p, c_void_p, c_size_t]),
+    "glyd_gpu_linear_many_workspace_bound": (c_int, [_T, c_size_t, c_int64, POINTER(c_size_t)]),
+    "glyd_gpu_linear_many": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_size_t, POINTER(c_void_p), c_void_p,
+                                     c_void_p, c_size_t]),
     "glyd_gpu_linear_kernel": (c_int, [c_int, _T, c_int64, POINTER(c_char_p)]),
     "glyd_gpu_force_kernel": (c_int, [c_char_p]),
     "glyd_gpu_linear_configs": (c_int, [POINTER(c_char_p)]),
@@ -490,6 +493,89 @@ class DeviceTensor:
 
     def __repr__(self):
         return f"DeviceTensor(layout={self.layout!r}, shape={self.shape}, groups={len(self.groups)}, device={self.device})"
+
+
+class MultiLinear:
+    """Several fixed12 weights [N_i, K] of one K that multiply the same input
+    (q, k and v of a layer; gate and up): linear() computes every x @ W_i.T
+    (+ b_i) with one fused launch per four weights (glyd_gpu_linear_many)
+    instead of one each. The weights' DeviceTensors must stay alive and
+    unchanged while this object is used."""
+
+    def __init__(self, weights):
+        weights = list(weights)
+        if not weights:
+            raise InvalidArgumentError(1, "MultiLinear needs at least one weight")
+        w0 = weights[0]
+        for i, w in enumerate(weights):
+            if not isinstance(w, DeviceTensor) or not w._tileable:
+                raise InvalidArgumentError(1, f"weight {i} must be a fixed12 2-D single-group DeviceTensor, got {w!r}")
+            if w.device != w0.device or w.shape[1] != w0.shape[1]:
+                raise InvalidArgumentError(1, f"weight {i} is {w.shape} on {w.device}; weight 0 is {w0.shape} on "
+                                              f"{w0.device}: the weights need one K and one device")
+        self.weights = weights
+        self.device = w0.device
+        self.k = w0.shape[1]
+        self.n = [w.shape[0] for w in weights]
+        self._arr = (GpuTensor * len(weights))(*[w._c for w in weights])
+        self._bias_t = c_void_p * len(weights)
+        self._bounds = {}
+
+    def workspace_bound(self, rows: int) -> int:
+        b = self._bounds.get(rows)
+        if b is None:
+            n = c_size_t()
+            _lib.check(_gpu().glyd_gpu_linear_many_workspace_bound(self._arr, len(self.weights), rows,
+                                                                   ctypes.byref(n)))
+            b = self._bounds[rows] = n.value
+        return b
+
+    def linear(self, x: torch.Tensor, biases=None) -> list:
+        """[x @ W_i.T (+ biases[i]) for every weight]: bf16 [..., N_i] each,
+        contiguous (views of one buffer). x: bf16 [..., K] on the weights'
+        device; biases: None or one bf16 [N_i] tensor (or None) per weight.
+        Math as DeviceTensor.linear's fused kernel; the kernel configuration
+        is chosen for the weights together. From prompt_rows() rows on every
+        weight takes DeviceTensor.linear (the prompt path) instead."""
+        k = self.k
+        if not torch.is_tensor(x) or x.dtype != torch.bfloat16 or x.device != self.device or x.shape[-1] != k:
+            raise InvalidArgumentError(1, f"x must be bfloat16 [..., {k}] on {self.device}, got "
+                                          f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+        if biases is None:
+            biases = [None] * len(self.weights)
+        if len(biases) != len(self.weights):
+            raise InvalidArgumentError(2, f"{len(biases)} biases for {len(self.weights)} weights")
+        for i, (b, n) in enumerate(zip(biases, self.n)):
+            if b is not None and (b.dtype != torch.bfloat16 or b.numel() != n or not b.is_contiguous()
+                                  or b.device != self.device):
+                raise InvalidArgumentError(2, f"bias {i} must be a contiguous bfloat16 tensor of {n} elements on "
+                                              f"{self.device}")
+        x2 = x.reshape(-1, k)
+        if not x2.is_contiguous() or x2.data_ptr() % 16:
+            x2 = x2.clone(memory_format=torch.contiguous_format)
+        rows = x2.shape[0]
+        lead = tuple(x.shape[:-1])
+        if rows and self.weights[0].prompt_path(rows):
+            return [w.linear(x2, b).view(*lead, w.shape[0]) for w, b in zip(self.weights, biases)]
+        y = torch.empty(rows * sum(self.n), dtype=torch.bfloat16, device=self.device)
+        need = self.workspace_bound(rows) if rows else 0
+        ws = torch.empty(need, dtype=torch.uint8, device=self.device) if need else None
+        bp = None
+        if any(b is not None for b in biases):
+            bp = self._bias_t(*[b.data_ptr() if b is not None else None for b in biases])
+        st = _gpu().glyd_gpu_linear_many(
+            self.device.index, _stream(self.device), x2.data_ptr(), rows, self._arr, len(self.weights), bp,
+            y.data_ptr(), ws.data_ptr() if ws is not None else None, need)
+        if st:
+            _lib.check(st)
+        outs, off = [], 0
+        for n in self.n:
+            outs.append(y[off:off + rows * n].view(*lead, n))
+            off += rows * n
+        return outs
+
+    def __repr__(self):
+        return f"MultiLinear({len(self.weights)} weights, N={self.n}, K={self.k}, device={self.device})"
 
 
 def _numel(shape) -> int:

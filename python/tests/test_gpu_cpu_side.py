@@ -207,10 +207,11 @@ def test_bench_tables_format():
     env = dict(gpu="G (1 SMs, 1 GiB)", driver="1 (CUDA 13.0)", cuda="13.0", torch="t", transformers="5",
                date="d", host="h", command="python -m glyd.gpu bench --quick")
     rep = bench.Report(env)
-    r = dict(batch=1, bf16_ms=8.0, glyd_ms=7.0, logits_rel_err=1e-3, bf16_linears_ms=4.0, glyd_linears_ms=3.0)
-    t = rep.table("Table 2", ["a", "b", "c", "d", "e", "f", "g", "h"],
+    r = dict(batch=1, bf16_ms=8.0, glyd_ms=7.0, logits_rel_err=1e-3, bf16_linears_ms=4.0, glyd_linears_ms=3.0,
+             glyd_alone_ms=7.5)
+    t = rep.table("Table 2", ["a", "b", "c", "d", "e", "f", "g", "h", "i"],
                   [bench._table2_row(r), bench._table2_row(dict(batch=8, error="E: x"))])
-    assert "| 1 | 8.000 | 7.000 | 0.875 | 4.000 (50%) | 3.000 (43%) | 0.750 | 1.00e-03 |" in t
+    assert "| 1 | 8.000 | 7.000 | 0.875 | 7.500 (0.938) | 4.000 (50%) | 3.000 (43%) | 0.750 | 1.00e-03 |" in t
     assert "GPU" not in t.split("\n")[0] and "G (1 SMs" in t and "--quick" in t
     rows = bench._table5_rows(dict(layout="fixed12", bf16_gb=16, glyd_gb=12, bf16_save_s=1, glyd_save_s=1,
                                    bf16_load_s=6, glyd_load_s=1, pack_s=2))

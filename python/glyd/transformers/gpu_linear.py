@@ -31,6 +31,21 @@ Weights that are not bf16 (fp16 checkpoints) or have a compute dtype other
 than bf16 fall back to ``F.linear(x, module.weight, bias)`` (decoded once and
 cached, the behaviour of modules.PackedWeight.decode).
 
+Siblings (default mode): packed linears of one parent module with the same
+input features (q/k/v of an attention, gate/up of an MLP) form a
+:class:`_Siblings` group at ``prepare``. When one of them is called, a single
+launch computes every member's output for that input
+(``glyd._gpu.MultiLinear``, one fused kernel instead of three or two: at a few
+tokens the small k and v weights alone leave most of the GPU idle); the other
+members' outputs wait in the group and are returned when they are called with
+the very same tensor, unmodified (its version counter; inference-mode
+tensors have none, their identity decides). A member called with another input is
+dropped from the group (o_proj, or k/v of a cross-attention): that costs one
+wasted product on the first forward, then nothing. Members' outputs are within
+bf16 rounding of their own kernel's (the configuration is chosen for the
+launch), and deterministic. Not under torch.compile, autograd, ``exact`` or
+the prompt path, where every linear runs alone.
+
 torch.compile: the layer is the custom op ``torch.ops.glyd.linear`` (defined
 here with torch.library.custom_op and a fake implementation for shapes).
 Under torch.compile, :func:`linear_forward` emits that op, so dynamo traces a
@@ -169,10 +184,14 @@ def decode_weight(holder, groups=None) -> torch.Tensor:
     return holder.packed().unpack().to(holder.device)
 
 
-def prepare(model) -> int:
+def prepare(model, siblings: bool = True) -> int:
     """Build the device state of every packed linear of ``model`` whose planes
-    are on a CUDA device (before CUDA graph capture), and give every packed
-    linear its handle for torch.ops.glyd.linear. Returns how many were built."""
+    are on a CUDA device (before CUDA graph capture), give every packed linear
+    its handle for torch.ops.glyd.linear, and group siblings (linears of one
+    parent with the same input features, see :class:`_Siblings`; on any
+    device, so a model moved later keeps them). ``siblings=False`` ungroups
+    them instead: every linear runs alone. Returns how many states were
+    built."""
     n = 0
     for _, m in _m.iter_packed_modules(model):
         if not isinstance(m, _m.GlydLinear):
@@ -182,7 +201,89 @@ def prepare(model) -> int:
         if h.device.type == "cuda" and _decodable(h):
             _state(h)
             n += 1
+    if not siblings:
+        for m in model.modules():
+            sib = m.__dict__.get("_glyd_siblings")
+            if sib is not None:
+                sib.drop(m)
+        return n
+    for parent in model.modules():
+        by_k: dict = {}
+        for m in parent.children():
+            if (isinstance(m, _m.GlydLinear) and "_glyd_siblings" not in m.__dict__ and not m.exact
+                    and fused_supported(_weight_holder(m))):
+                by_k.setdefault(_weight_holder(m).shape[1], []).append(m)
+        for members in by_k.values():
+            if len(members) > 1:
+                _Siblings(members)
     return n
+
+
+class _Siblings:
+    """Packed linears of one parent with the same input features, computed
+    together (module docstring, "Siblings"). ``pending`` holds the outputs
+    computed for members not called yet: member -> (input, its version, output)."""
+
+    def __init__(self, members):
+        self.members = list(members)
+        self.pending: dict = {}
+        self._multi = None  # (member states, glyd._gpu.MultiLinear over them)
+        for m in self.members:
+            m.__dict__["_glyd_siblings"] = self
+
+    def drop(self, module) -> None:
+        """``module`` is not called with its siblings' input: it runs alone from now on."""
+        self.members.remove(module)
+        module.__dict__.pop("_glyd_siblings", None)
+        self.pending.pop(module, None)
+        self._multi = None
+        if len(self.members) < 2:
+            for m in self.members:
+                m.__dict__.pop("_glyd_siblings", None)
+            self.members, self.pending = [], {}
+
+    def forward(self, module, x: torch.Tensor) -> Optional[torch.Tensor]:
+        """``module``'s output from the group, or None when it must run alone."""
+        got = self.pending.pop(module, None)
+        if got is not None:
+            if got[0] is x and got[1] == _version(x):
+                return got[2]
+            self.drop(module)  # called with another input
+            return None
+        for m in list(self.pending):  # members not called since the last group launch
+            self.drop(m)
+        if module not in self.members or module.exact:
+            return None
+        _check(_weight_holder(module), x, module.bias)
+        holders = [_weight_holder(m) for m in self.members]
+        if x.dtype != torch.bfloat16 or any(h.device != x.device for h in holders):
+            return None
+        rows = x.numel() // holders[0].shape[1]
+        states = tuple(_state(h) for h in holders)
+        if rows and states[0].dt.prompt_path(rows):
+            return None  # prompts: each linear alone (decode tiles + cuBLAS)
+        if self._multi is None or self._multi[0] != states:
+            from .. import _gpu
+
+            self._multi = (states, _gpu.MultiLinear([st.dt for st in states]))
+        biases = []
+        for m, h in zip(self.members, holders):
+            _check(h, x, m.bias)
+            biases.append(m.bias.contiguous() if m.bias is not None else None)
+        outs = self._multi[1].linear(x, biases)
+        mine = None
+        for m, y in zip(self.members, outs):
+            if m is module:
+                mine = y
+            else:
+                self.pending[m] = (x, _version(x), y)
+        return mine
+
+
+def _version(x: torch.Tensor) -> int:
+    """x's version counter (bumped by in-place changes); inference tensors have
+    none: their identity alone ties a sibling's output to its input."""
+    return -1 if x.is_inference() else x._version
 
 
 # ---- the computation -----------------------------------------------------------------------------
@@ -312,6 +413,11 @@ def linear_forward(module, x: torch.Tensor) -> torch.Tensor:
             handle = _handle_eager(holder)
         planes = [p for p in holder._parameters.values() if p is not None]
         return torch.ops.glyd.linear(x, planes, bias, handle, holder.shape[0], exact)
+    sib = module.__dict__.get("_glyd_siblings")
+    if sib is not None and not exact:
+        y = sib.forward(module, x)
+        if y is not None:
+            return y
     return _impl(holder, x, bias, exact)
 
 

@@ -301,6 +301,83 @@ def test_errors_are_clean():
     assert "H" in _gpu.describe() or "GPU" in _gpu.describe()
 
 
+# ---- several weights, one launch (glyd_gpu_linear_many) ----------------------------------------
+
+def check_many(ws_cpu, rows, biases, name="auto", scale=1.0, seed=0):
+    """MultiLinear of the weights ws_cpu against each one's reference; outputs
+    poisoned (the caching allocator hands back a NaN-filled block of the size)."""
+    packs = [glyd.pack(w) for w in ws_cpu]
+    dts = [_gpu.DeviceTensor(p, DEV) for p in packs]
+    wds = [glyd.unpack(p).to(DEV) for p in packs]
+    ml = _gpu.MultiLinear(dts)
+    k = ws_cpu[0].shape[1]
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    x = (torch.randn(3, rows, k, generator=g, device=DEV) * scale).to(torch.bfloat16)[1]
+    bs = [(torch.randn(w.shape[0], generator=g, device=DEV) * 0.1).to(torch.bfloat16) if b else None
+          for w, b in zip(ws_cpu, biases)]
+    torch.full((rows * sum(ml.n),), float("nan"), dtype=torch.bfloat16, device=DEV)  # freed: poisons the block
+    ys = ml.linear(x, bs)
+    torch.cuda.synchronize()
+    assert len(ys) == len(ws_cpu)
+    for i, (y, wd, b) in enumerate(zip(ys, wds, bs)):
+        assert y.shape == (rows, wd.shape[0]) and y.is_contiguous()
+        ref = reference(x, wd, b)
+        assert not torch.isnan(y).any(), f"{name} rows={rows}: weight {i} unwritten"
+        tol = PROMPT_TOL if dts[0].prompt_path(rows) else LINEAR_TOL
+        lim = tol * (ref.abs() + ref.pow(2).mean().sqrt())
+        worst = ((y.float() - ref).abs() / lim).max().item()
+        assert worst <= 1.0, f"{name} rows={rows} weight {i} {tuple(wd.shape)}: error {worst:.2f} x tolerance"
+    again = ml.linear(x, bs)
+    assert all(torch.equal(bits(a), bits(b)) for a, b in zip(ys, again))  # deterministic
+    return dts, x, bs, ys
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8, 16, 31, 64, 128, 300])
+def test_linear_many(rows):
+    # q/k/v-like weights (N not tile multiples, escapes), biases on some; five
+    # weights are two launches (four segments + one)
+    ws = [weights(s, seed=20 + i) for i, s in enumerate([(1000, 1040), (256, 1040), (72, 1040)])]
+    dts, x, bs, ys = check_many(ws, rows, [True, False, True])
+    check_many(ws + ws[:2], rows, [False, True, True, False, True])
+    # one weight is glyd_gpu_linear, bit for bit
+    one = _gpu.MultiLinear(dts[:1]).linear(x, bs[:1])[0]
+    assert torch.equal(bits(one), bits(dts[0].linear(x, bs[0])))
+
+
+@pytest.mark.parametrize("kind", ["specials", "safe"])
+def test_linear_many_every_config(kind):
+    # every configuration forced on three weights (split K's reduce across the
+    # segments, partial tiles at segment ends); "safe": one weight needs the
+    # _safe kernel, which then runs for all three
+    if kind == "safe":
+        ws, scale = [safe_weights(130, 1024), weights((300, 1024), seed=31, specials=False) * 2.0**114,
+                     weights((64, 1024), seed=32, specials=False) * 2.0**114], 2.0**-120
+    else:
+        ws, scale = [weights((300, 1024), seed=33), weights((130, 1024), seed=34), weights((17, 1024), seed=35)], 1.0
+    try:
+        for name in _gpu.linear_configs() + ["generic"]:
+            _gpu.force_kernel(name)
+            for rows in (1, 13, 77, 130):
+                check_many(ws, rows, [True, False, True], name, scale, seed=rows)
+    finally:
+        _gpu.force_kernel(None)
+
+
+def test_linear_many_errors():
+    a = _gpu.DeviceTensor(glyd.pack(weights((64, 64), seed=40)), DEV)
+    b = _gpu.DeviceTensor(glyd.pack(weights((64, 128), seed=41)), DEV)
+    with pytest.raises(glyd.errors.InvalidArgumentError, match="one K"):
+        _gpu.MultiLinear([a, b])
+    ml = _gpu.MultiLinear([a, a])
+    x = torch.zeros(2, 64, dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(glyd.errors.InvalidArgumentError, match="bias"):
+        ml.linear(x, [None, torch.zeros(3, dtype=torch.bfloat16, device=DEV)])
+    with pytest.raises(glyd.errors.InvalidArgumentError, match="x must be"):
+        ml.linear(x.float())
+    with pytest.raises(glyd.errors.InvalidArgumentError):
+        _gpu.MultiLinear([_gpu.DeviceTensor(glyd.pack(weights((64, 64), seed=13), layout="smallest"), DEV)])
+
+
 # ---- row-range decode and the prompt path (decode tiles + cuBLAS) ---------------------------------
 
 def rows_weights(shape, seed):

@@ -255,6 +255,101 @@ def test_graph_captured_linears(models):
     torch.cuda.synchronize()
 
 
+# ---- siblings: q/k/v and gate/up in one launch ----------------------------------------------------
+
+class _Attention(nn.Module):
+    """q/k/v/o of one input width, called like a transformers attention (o on
+    another input), or as a cross-attention (k and v on the encoder's states)."""
+
+    def __init__(self, d=512, kv=128):
+        super().__init__()
+        self.q_proj = nn.Linear(d, d, bias=True)
+        self.k_proj = nn.Linear(d, kv, bias=True)
+        self.v_proj = nn.Linear(d, kv, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x, enc=None):
+        src = x if enc is None else enc
+        q, k, v = self.q_proj(x), self.k_proj(src), self.v_proj(src)
+        return q, k, v, self.o_proj(q * 0.5)
+
+
+def _siblings(m):
+    s = m.__dict__.get("_glyd_siblings")
+    return None if s is None else s.members
+
+
+def _attention_pair(seed):
+    torch.manual_seed(seed)
+    ref = _Attention().to(torch.bfloat16).to(DEV)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.normal_(0, 0.02)
+    return ref, gpu_experts.pack_module(copy.deepcopy(ref))
+
+
+def _close(got, ref_module, x):
+    want = x.float() @ ref_module.weight.float().t()
+    if ref_module.bias is not None:
+        want += ref_module.bias.float()
+    tol = 2.0 ** -6 if x.numel() // x.shape[-1] >= _gpu.prompt_rows() > 0 else 2.0 ** -7
+    return bool(((got.float() - want).abs() <= tol * (want.abs() + want.pow(2).mean().sqrt())).all())
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64, 300])
+def test_siblings_share_one_launch(rows):
+    ref, att = _attention_pair(rows)
+    assert _siblings(att.q_proj) == [att.q_proj, att.k_proj, att.v_proj, att.o_proj]  # same K: grouped at prepare
+    x = torch.randn(2, rows, 512, device=DEV).to(torch.bfloat16)
+    prompt = 0 < _gpu.prompt_rows() <= 2 * rows
+    with torch.no_grad():
+        first = att(x)
+        if prompt:  # prompts: every linear alone (decode tiles + cuBLAS), the group untouched
+            assert _siblings(att.q_proj) == [att.q_proj, att.k_proj, att.v_proj, att.o_proj]
+        else:  # o_proj ran on another input: dropped; q/k/v stay one launch
+            assert _siblings(att.q_proj) == [att.q_proj, att.k_proj, att.v_proj] and _siblings(att.o_proj) is None
+        second = att(x)
+        for got, want in zip(second, first):
+            assert torch.equal(got, want)  # dropping o_proj changes nothing in q/k/v
+        q = second[0]
+        for got, name, inp in zip(second, ("q_proj", "k_proj", "v_proj", "o_proj"), (x, x, x, q * 0.5)):
+            assert got.shape == (2, rows, getattr(ref, name).out_features) and got.is_contiguous()
+            assert _close(got, getattr(ref, name), inp), f"{name} rows {rows}"
+        # k called first (any order works), q on the same input later
+        k = att.k_proj(x)
+        assert torch.equal(att.q_proj(x), second[0]) and torch.equal(k, second[1])
+        assert torch.equal(att.v_proj(x), second[2])
+
+
+def test_siblings_cross_attention_and_in_place_changes():
+    ref, att = _attention_pair(5)
+    x = torch.randn(3, 4, 512, device=DEV).to(torch.bfloat16)
+    enc = torch.randn(3, 9, 512, device=DEV).to(torch.bfloat16)
+    with torch.no_grad():
+        q, k, v, _ = att(x, enc)  # k and v take another input: all dropped
+        assert all(_siblings(m) is None for m in (att.q_proj, att.k_proj, att.v_proj, att.o_proj))
+        assert _close(q, ref.q_proj, x) and _close(k, ref.k_proj, enc) and _close(v, ref.v_proj, enc)
+        # an input changed in place between siblings: the stale output is not used
+        ref2, att2 = _attention_pair(6)
+        x2 = x.clone()
+        att2.q_proj(x2)
+        x2.mul_(2)
+        k2 = att2.k_proj(x2)
+        assert _close(k2, ref2.k_proj, x2)
+        assert _siblings(att2.k_proj) is None
+
+
+def test_siblings_not_for_exact_or_autograd():
+    _, att = _attention_pair(7)
+    att_exact = gpu_experts.pack_module(copy.deepcopy(_attention_pair(7)[0]), exact=True)
+    assert _siblings(att_exact.q_proj) is None
+    x = torch.randn(1, 3, 512, device=DEV).to(torch.bfloat16).requires_grad_()
+    q, k, v, o = att(x)  # grad mode: each linear is the op alone, nothing waits in the group
+    assert not att.q_proj.__dict__["_glyd_siblings"].pending
+    (q.float().sum() + k.float().sum()).backward()
+    assert x.grad is not None
+
+
 # ---- bad input ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
