@@ -42,12 +42,13 @@
  *   Preconditions (host checks, else glyd_lin_f12_generic): K % 16 == 0;
  *   sm, code, x 16-byte aligned. _safe variants: base + 15 >= 255 (the
  *   escape value must not be Inf/NaN or carry into the next byte).
- *   Several weights of the same K, one launch (glyd_kparams.seg, nseg <=
- *   GLYD_MAX_SEGMENTS): blockIdx.y runs over the weight tiles of each in
- *   turn and every block takes its weight's fields (segment_tile); each
+ *   Several weights of the same K, one launch (the _many kernels;
+ *   glyd_kparams.seg, nseg <= GLYD_MAX_SEGMENTS): blockIdx.y runs over the
+ *   weight tiles of each in turn and every block takes its weight's fields
+ *   (segment_tile); each
  *   weight's output is its own contiguous [R, N_i]. q/k/v or gate/up of a
- *   layer are one launch instead of three or two (a single weight is one
- *   segment). The split-K reduce does the same per output.
+ *   layer are one launch instead of three or two. The split-K reduce
+ *   takes its outputs' weights the same way (one weight: one segment).
  *
  * glyd_lin_f12_generic: any K and alignment; one warp per (weight row, 8
  *   tokens), 4 warps per block; grid (ceil(R/8), ceil(N/4)). Slow, exact same
@@ -655,18 +656,29 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 #endif
 }
 
-template <int TB, int KG, int S, int U, int PW, bool SAFE>
+// MANY: the _many kernels, several weights per launch (segment_tile). The
+// single-weight kernels read the weight from the parameter block as it is:
+// the selected fields live in registers through the k loop instead (t64:
+// 122 -> 127 registers, 64 tokens 8% slower, session 8).
+template <int TB, int KG, int S, int U, int PW, bool MANY, bool SAFE>
 __device__ __forceinline__ void linear_f12_wgmma(const glyd_kparams &p, float *smem) {
-	int64_t tile = blockIdx.y;
-	const glyd_kparams q = segment_tile<64>(p, &tile);
-	wgmma_tile<TB, KG, S, U, PW, SAFE, true>(q, smem, blockIdx.x, tile, blockIdx.z);
+	if (MANY) {
+		int64_t tile = blockIdx.y;
+		const glyd_kparams q = segment_tile<64>(p, &tile);
+		wgmma_tile<TB, KG, S, U, PW, SAFE, true>(q, smem, blockIdx.x, tile, blockIdx.z);
+	} else {
+		wgmma_tile<TB, KG, S, U, PW, SAFE, true>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+	}
 }
 
 // BOUNDS: the launch bounds, (threads) or (threads, blocks per SM the
 // registers must allow: ptxas caps them). A minimum of 1 is not neutral:
 // ptxas then spent 15 more registers on t16k1s4u4p2 and lost 9%.
 #define GLYD_LINW(TB, KG, S, U, PW, BOUNDS)                                                           \
-	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, BOUNDS, linear_f12_wgmma, TB, KG, S, U, PW)
+	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW, BOUNDS, linear_f12_wgmma, TB, KG, S, U, PW,  \
+	                 false)                                                                                  \
+	GLYD_KERNEL_PAIR(glyd_lin_f12w_t##TB##k##KG##s##S##u##U##p##PW##_many, BOUNDS, linear_f12_wgmma, TB, KG, S, \
+	                 U, PW, true)
 
 GLYD_LINW(16, 1, 4, 2, 2, (192))
 GLYD_LINW(16, 1, 4, 4, 2, (192))
@@ -679,15 +691,21 @@ GLYD_LINW(64, 1, 4, 4, 4, (256))
 // The dense kernels: one output tile per block, at the block's indices (the
 // tile index picks the segment: segment_tile); programmatic dependent launches on sm_90 (DEP: the grouped experts kernels
 // of moe.cu are launched plainly and keep the code without the waits).
-template <int MT, int NT, int WN, int WK, int U, bool SAFE>
+template <int MT, int NT, int WN, int WK, int U, bool MANY, bool SAFE>
 __device__ __forceinline__ void linear_f12_block(const glyd_kparams &p, float *smem) {
-	int64_t tile = blockIdx.y;
-	const glyd_kparams q = segment_tile<16 * MT * WN>(p, &tile);
-	linear_f12<MT, NT, WN, WK, U, SAFE, true>(q, smem, blockIdx.x, tile, blockIdx.z);
+	if (MANY) {
+		int64_t tile = blockIdx.y;
+		const glyd_kparams q = segment_tile<16 * MT * WN>(p, &tile);
+		linear_f12<MT, NT, WN, WK, U, SAFE, true>(q, smem, blockIdx.x, tile, blockIdx.z);
+	} else {
+		linear_f12<MT, NT, WN, WK, U, SAFE, true>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+	}
 }
 #define GLYD_LIN(MT, NT, WN, WK, U)                                                                   \
 	GLYD_KERNEL_PAIR(glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U, (32 * WN * WK), linear_f12_block, MT, NT, WN, \
-	                 WK, U)
+	                 WK, U, false)                                                                           \
+	GLYD_KERNEL_PAIR(glyd_lin_f12_m##MT##n##NT##w##WN##k##WK##u##U##_many, (32 * WN * WK), linear_f12_block, MT, \
+	                 NT, WN, WK, U, true)
 
 // The configurations the host may pick (core/gpu/linear.go holds the table and
 // the reason for each). Names are looked up at module load.

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"encoding/binary"
 	"math"
 	"os"
 	"runtime"
@@ -306,4 +307,101 @@ func TestMoeActivationAndRoutingIdsEmulated(t *testing.T) {
 		}
 		runtime.KeepAlive(x)
 	}
+}
+
+// TestLinearReduceSegmentsEmulated runs linear.cu's split-K reduce (the fake
+// libcuda runs it on the CPU) over the partial sums of three weights in one
+// launch, as LinearMany lays them out, and checks every output's bits
+// against the same reduce run on each weight alone: the segment lookup,
+// each weight's escapes (corrected with its own x column and exponent) and
+// bias, and the outputs end to end.
+func TestLinearReduceSegmentsEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	if _, err := load(0); err != nil {
+		t.Fatal(err)
+	}
+	rnd := lcg(12)
+	const rows, k, splits = 3, 48, 3
+	keep := [][]byte{}
+	aligned := func(n int) []byte {
+		b := make([]byte, n+32)
+		o := int((16 - uintptr(unsafe.Pointer(&b[0]))%16) % 16)
+		keep = append(keep, b)
+		return b[o : o+n]
+	}
+	ptr := func(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+	var ws []*DeviceTensor
+	var biases []uintptr
+	for i, n := range []int64{5, 3, 7} {
+		w := make([]uint16, n*k)
+		for j := range w {
+			w[j] = uint16(rnd()&0x807f) | uint16(118+rnd()%6)<<7
+			if rnd()%7 == 0 {
+				w[j] = uint16(rnd()&0x807f) | uint16(60+rnd()%100)<<7 // escapes
+			}
+		}
+		pk, err := codec.Pack(w, codec.BF16, []int64{n, k}, codec.Options{Layout: codec.Fixed12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pk.Groups[0].Escapes == 0 {
+			t.Fatalf("weight %d has no escapes", i)
+		}
+		d := &DeviceTensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: []int64{n, k}, Groups: pk.Groups}
+		for p, b := range pk.Planes {
+			if len(b) > 0 {
+				a := aligned(len(b))
+				copy(a, b)
+				d.Planes[p] = ptr(a)
+			}
+		}
+		eb, err := EscapeIndexBytes(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx := aligned(int(eb))
+		if err := BuildEscapeIndex(0, 0, d, ptr(idx)); err != nil {
+			t.Fatal(err)
+		}
+		d.EscRows = ptr(idx)
+		ws = append(ws, d)
+		bias := uintptr(0)
+		if i != 1 {
+			b := aligned(int(2 * n))
+			for j := int64(0); j < n; j++ {
+				binary.LittleEndian.PutUint16(b[2*j:], bf16.FromFloat32(float32(int32(rnd()%201)-100)/100))
+			}
+			bias = ptr(b)
+		}
+		biases = append(biases, bias)
+	}
+	x := aligned(2 * rows * k)
+	for j := 0; j < rows*k; j++ {
+		binary.LittleEndian.PutUint16(x[2*j:], bf16.FromFloat32(float32(int32(rnd()%2001)-1000)/500))
+	}
+	ntot := sumRows(ws)
+	part := aligned(4 * splits * rows * int(ntot)) // each weight's [splits][rows][N_i], end to end
+	for j := 0; j < len(part)/4; j++ {
+		binary.LittleEndian.PutUint32(part[4*j:], math.Float32bits(float32(int32(rnd()%20001)-10000)/1000))
+	}
+	reduce := func(ws []*DeviceTensor, biases []uintptr, partials, y uintptr) {
+		p := manyParams(ws, biases, false, ptr(x), y, rows, k)
+		splitK(&p, splits, partials)
+		if err := launch(0, kLinReduce, reduceBlocks(rows, sumRows(ws)), 1, 1, 256, 0, 0, &p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := aligned(2 * rows * int(ntot))
+	reduce(ws, biases, ptr(part), ptr(all))
+	off := 0
+	for i, w := range ws {
+		n := int(w.Shape[0])
+		one := aligned(2 * rows * n)
+		reduce(ws[i:i+1], biases[i:i+1], ptr(part)+uintptr(4*splits*rows*off), ptr(one))
+		if got := all[2*rows*off : 2*rows*(off+n)]; !slices.Equal(got, one) {
+			t.Fatalf("weight %d: the three-weight reduce differs from its own", i)
+		}
+		off += n
+	}
+	runtime.KeepAlive(keep)
 }

@@ -170,7 +170,7 @@ const (
 	kMoeCombine
 	kMoeSiluMul
 	kMoeRowExperts
-	kLinFirst // the linear configurations of linear.go follow, each name then name_safe,
+	kLinFirst // the linear configurations of linear.go follow, each name, name_safe, name_many, name_many_safe,
 	// then the grouped ones of moe.go (kGroupedFirst)
 )
 
@@ -178,11 +178,11 @@ const (
 const maxKernels = C.GLYD_MAX_KERNELS
 
 // kGroupedFirst is the index of the first grouped configuration's kernel.
-var kGroupedFirst = kLinFirst + 2*len(linConfigs)
+var kGroupedFirst = kLinFirst + 4*len(linConfigs)
 
 func init() {
 	for _, c := range linConfigs {
-		kernelNames = append(kernelNames, c.name(), c.name()+"_safe")
+		kernelNames = append(kernelNames, c.name(), c.name()+"_safe", c.name()+"_many", c.name()+"_many_safe")
 	}
 	for _, c := range groupedConfigs {
 		kernelNames = append(kernelNames, c.groupedName(), c.groupedName()+"_safe")
@@ -196,7 +196,7 @@ type device struct {
 	once sync.Once
 	err  error
 	info Info
-	occ  []int // resident blocks per SM of each linear configuration
+	occ  [][2]int // resident blocks per SM of each linear configuration: single, _many
 }
 
 var devices [C.GLYD_MAX_DEVICES]device
@@ -232,17 +232,32 @@ func load(dev int) (*device, error) {
 		if d.err != nil {
 			return
 		}
-		d.occ = make([]int, len(linConfigs))
+		d.occ = make([][2]int, len(linConfigs))
 		for i, c := range linConfigs {
-			var nb C.int
-			if err := drvErr(C.glyd_drv_occupancy(C.int(dev), C.int(kLinFirst+2*i), C.int(c.threads()), C.int(c.smem()), &nb, &e[0]), &e); err != nil {
-				d.err = err
-				return
+			for many := range 2 {
+				var nb C.int
+				if err := drvErr(C.glyd_drv_occupancy(C.int(dev), C.int(linKernel(i, many == 1, false)), C.int(c.threads()), C.int(c.smem()), &nb, &e[0]), &e); err != nil {
+					d.err = err
+					return
+				}
+				d.occ[i][many] = int(nb)
 			}
-			d.occ[i] = int(nb)
 		}
 	})
 	return d, d.err
+}
+
+// linKernel is the kernel index of configuration ci: the several-weights
+// (_many) variant or not, the _safe one or not.
+func linKernel(ci int, many, safe bool) int {
+	k := kLinFirst + 4*ci
+	if many {
+		k += 2
+	}
+	if safe {
+		k++
+	}
+	return k
 }
 
 // hopper reports an sm_90 GPU (H100, H200): the fatbin's sm_90a image has

@@ -357,6 +357,13 @@ func manyDims(ws []*DeviceTensor) (int64, error) {
 	return k, nil
 }
 
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func sumRows(ws []*DeviceTensor) int64 {
 	var n int64
 	for _, w := range ws {
@@ -486,7 +493,8 @@ func LinearMany(dev int, stream uintptr, x uintptr, rows int, ws []*DeviceTensor
 }
 
 // linearLaunch is one launch of LinearMany (plus its split-K reduce): at
-// most maxSegments weights, all on the fast path.
+// most maxSegments weights, all on the fast path; one weight runs the
+// single-weight kernel, several the _many one.
 func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k int64, ws []*DeviceTensor, biases []uintptr, y, workspace uintptr, wsBytes uint64) error {
 	n := sumRows(ws)
 	ci := pickConfig(int64(rows), n, d.hopper())
@@ -505,29 +513,16 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 	for _, w := range ws {
 		safe = safe || escapeExponent(w.Groups[0].Base) == 0
 	}
-	var p C.glyd_kparams
-	for i, w := range ws {
-		eb := uint32(0)
-		if !safe {
-			eb = escapeExponent(w.Groups[0].Base)
-		}
-		p.seg[i] = segment(w, biases[i], eb)
-	}
-	p.nseg = C.glyd_u32(len(ws))
-	p.x, p.y = C.glyd_u64(x), C.glyd_u64(y)
-	p.rows, p.N, p.K, p.splits = C.glyd_i64(rows), C.glyd_i64(n), C.glyd_i64(k), 1
-	kidx := kLinFirst + 2*ci
-	if safe {
-		kidx++
-	}
-	s := c.splits(tiles, k, int64(rows), d.occ[ci]*d.info.SMs)
+	p := manyParams(ws, biases, safe, x, y, rows, k)
+	many := len(ws) > 1
+	kidx := linKernel(ci, many, safe)
+	s := c.splits(tiles, k, int64(rows), d.occ[ci][boolIndex(many)]*d.info.SMs)
 	if s > 1 {
 		need := uint64(s) * uint64(rows) * uint64(n) * 4
 		if workspace == 0 || wsBytes < need {
 			return status.Errorf(status.BufferTooSmall, "gpu: linear needs %d bytes of workspace (LinearWorkspaceBound), have %d", need, wsBytes)
 		}
-		p.splits = C.glyd_u32(s)
-		p.ws = C.glyd_u64(workspace)
+		splitK(&p, s, workspace)
 	}
 	// On sm_90 the fused kernels are programmatic dependent launches: their
 	// blocks start in the previous kernel's tail and load their first
@@ -537,7 +532,39 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 		return err
 	}
 	if s > 1 {
-		return launchAs(dev, kLinReduce, uint32((int64(rows)*n+255)/256), 1, 1, 256, 0, stream, &p, pdl)
+		return launchAs(dev, kLinReduce, reduceBlocks(rows, n), 1, 1, 256, 0, stream, &p, pdl)
 	}
 	return nil
 }
+
+// manyParams is the parameter block of a dense launch of the weights ws
+// (LinearMany; safe: the _safe kernels, escapes decoded as 0), one split.
+func manyParams(ws []*DeviceTensor, biases []uintptr, safe bool, x, y uintptr, rows int, k int64) C.glyd_kparams {
+	var p C.glyd_kparams
+	for i, w := range ws {
+		eb := uint32(0)
+		if !safe {
+			eb = escapeExponent(w.Groups[0].Base)
+		}
+		p.seg[i] = segment(w, biases[i], eb)
+	}
+	p.nseg = C.glyd_u32(len(ws))
+	if len(ws) == 1 { // the single-weight kernels read the weight's fields directly
+		sg := &p.seg[0]
+		p.sm, p.code, p.escrows, p.escrecs, p.bias = sg.sm, sg.code, sg.escrows, sg.escrecs, sg.bias
+		p.base, p.ebase = sg.base, sg.ebase
+	}
+	p.x, p.y = C.glyd_u64(x), C.glyd_u64(y)
+	p.rows, p.N, p.K, p.splits = C.glyd_i64(rows), C.glyd_i64(sumRows(ws)), C.glyd_i64(k), 1
+	return p
+}
+
+// splitK makes p a launch of splits blocks per output tile writing their
+// partial sums to workspace, which glyd_lin_reduce then adds.
+func splitK(p *C.glyd_kparams, splits int64, workspace uintptr) {
+	p.splits = C.glyd_u32(splits)
+	p.ws = C.glyd_u64(workspace)
+}
+
+// reduceBlocks is the grid of glyd_lin_reduce: one thread per output.
+func reduceBlocks(rows int, n int64) uint32 { return uint32((int64(rows)*n + 255) / 256) }

@@ -1,7 +1,8 @@
 // fakecuda.cc — a fake libcuda.so.1 that runs the pack kernels of
 // kernels/pack.cu, the fixed12 decode / escape index kernels of
-// kernels/decode.cu and the transposed experts, SwiGLU and routing-id kernels
-// of kernels/moe.cu on the CPU, with "device memory" = host memory. Tests
+// kernels/decode.cu, the split-K reduce of kernels/linear.cu and the
+// transposed experts, SwiGLU and routing-id kernels of kernels/moe.cu on the
+// CPU, with "device memory" = host memory. Tests
 // only: core/gpu's *Emulated tests run the real host code (driver.c, pack.go,
 // decode.go, moe.go, route.go) against it when GLYD_FAKE_CUDA is set
 // (kernels/emu/run.sh builds and runs).
@@ -127,7 +128,7 @@ inline emu_bf16 __float2bfloat16_rn(float f) {
 }
 inline uint16_t __bfloat16_as_ushort(emu_bf16 h) { return h.b; }
 using std::fmaf;
-#include "linear_helpers.inc" // code_bytes, add_escape (extracted from kernels/linear.cu by run.sh)
+#include "linear_helpers.inc" // code_bytes, add_escape, finish, glyd_lin_reduce (extracted from kernels/linear.cu by run.sh)
 #include "moe_transposed.inc" // nth_expert, block_expert and the transposed experts kernels (moe.cu)
 // For moe.cu's SwiGLU and routing-id kernels: IEEE float ops (the host's are
 // round-to-nearest), the host's expf, a warp vote.
@@ -158,6 +159,7 @@ static kern kernels[] = {
     {"glyd_lin_f12t_experts", emu_decode::glyd_lin_f12t_experts},
     {"glyd_lin_f12t1_experts", emu_decode::glyd_lin_f12t1_experts},
     {"glyd_lin_f12t_reduce", emu_decode::glyd_lin_f12t_reduce},
+    {"glyd_lin_reduce", emu_decode::glyd_lin_reduce},
     {"glyd_moe_silu_mul", emu_decode::glyd_moe_silu_mul},
     {"glyd_moe_row_experts", emu_decode::glyd_moe_row_experts},
 };
