@@ -430,26 +430,33 @@ __device__ __forceinline__ glyd_kparams segment_tile(const glyd_kparams &p, int6
 	return segment_params(p, sel, pre);
 }
 
-// Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]), for
-// the outputs of every segment (p.N = the segments' rows together; output i
-// of the launch is element i of the segments' outputs laid end to end).
-extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce(const glyd_kparams p) {
+// Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]).
+// MANY (glyd_lin_reduce_many): the outputs of every segment (p.N = the
+// segments' rows together; output i of the launch is element i of the
+// segments' outputs laid end to end). The single-weight reduce reads its
+// weight from the parameter block as it is (with the lookup, 64 tokens
+// measured 5% slower, session 8).
+template <bool MANY>
+__device__ __forceinline__ void lin_reduce(const glyd_kparams &p) {
 	griddep_launch();
 	griddep_wait(); // the partial sums are the previous kernel's output
 	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= p.rows * p.N) return;
-	int64_t pre = 0;
-	int sel = 0;
+	glyd_kparams q = p;
+	if (MANY) {
+		int64_t pre = 0;
+		int sel = 0;
 #pragma unroll
-	for (int s = 0; s + 1 < GLYD_MAX_SEGMENTS; s++) {
-		const int64_t outs = p.rows * p.seg[s].N;
-		if (sel == s && s + 1 < (int)p.nseg && i >= outs) {
-			i -= outs;
-			pre += p.seg[s].N;
-			sel = s + 1;
+		for (int s = 0; s + 1 < GLYD_MAX_SEGMENTS; s++) {
+			const int64_t outs = p.rows * p.seg[s].N;
+			if (sel == s && s + 1 < (int)p.nseg && i >= outs) {
+				i -= outs;
+				pre += p.seg[s].N;
+				sel = s + 1;
+			}
 		}
+		q = segment_params(p, sel, pre);
 	}
-	const glyd_kparams q = segment_params(p, sel, pre);
 	const int64_t total = q.rows * q.N;
 	const int64_t m = i / q.N, n = i % q.N;
 	const float *ws = (const float *)q.ws;
@@ -462,6 +469,8 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce(const glyd_kpa
 	}
 	((uint16_t *)q.y)[i] = finish(q, m, n, v, e0, e1);
 }
+extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce(const glyd_kparams p) { lin_reduce<false>(p); }
+extern "C" __global__ void __launch_bounds__(256) glyd_lin_reduce_many(const glyd_kparams p) { lin_reduce<true>(p); }
 
 // Hopper (sm_90a): the same decode feeding wgmma. y^T = W * x^T with the
 // weights as wgmma's A operand from registers: a block owns 64 weight rows;

@@ -309,10 +309,10 @@ func TestMoeActivationAndRoutingIdsEmulated(t *testing.T) {
 	}
 }
 
-// TestLinearReduceSegmentsEmulated runs linear.cu's split-K reduce (the fake
-// libcuda runs it on the CPU) over the partial sums of three weights in one
-// launch, as LinearMany lays them out, and checks every output's bits
-// against the same reduce run on each weight alone: the segment lookup,
+// TestLinearReduceSegmentsEmulated runs linear.cu's split-K reduce of three
+// weights (glyd_lin_reduce_many; the fake libcuda runs it on the CPU) over
+// their partial sums as LinearMany lays them out, and checks every output's
+// bits against the single-weight reduce on each weight alone: the segment lookup,
 // each weight's escapes (corrected with its own x column and exponent) and
 // bias, and the outputs end to end.
 func TestLinearReduceSegmentsEmulated(t *testing.T) {
@@ -387,7 +387,7 @@ func TestLinearReduceSegmentsEmulated(t *testing.T) {
 	reduce := func(ws []*DeviceTensor, biases []uintptr, partials, y uintptr) {
 		p := manyParams(ws, biases, false, ptr(x), y, rows, k)
 		splitK(&p, splits, partials)
-		if err := launch(0, kLinReduce, reduceBlocks(rows, sumRows(ws)), 1, 1, 256, 0, 0, &p); err != nil {
+		if err := launch(0, reduceKernel(len(ws) > 1), reduceBlocks(rows, sumRows(ws)), 1, 1, 256, 0, 0, &p); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -126,6 +126,7 @@ var kernelNames = []string{
 	"glyd_escape_scatter_rows",
 	"glyd_lin_f12_generic",
 	"glyd_lin_reduce",
+	"glyd_lin_reduce_many",
 	"glyd_pack_zero",
 	"glyd_pack_hist",
 	"glyd_pack_crc",
@@ -154,6 +155,7 @@ const (
 	kEscapeScatterRows
 	kLinGeneric
 	kLinReduce
+	kLinReduceMany
 	kPackZero
 	kPackHist
 	kPackCRC

@@ -532,9 +532,17 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 		return err
 	}
 	if s > 1 {
-		return launchAs(dev, kLinReduce, reduceBlocks(rows, n), 1, 1, 256, 0, stream, &p, pdl)
+		return launchAs(dev, reduceKernel(many), reduceBlocks(rows, n), 1, 1, 256, 0, stream, &p, pdl)
 	}
 	return nil
+}
+
+// reduceKernel is the split-K reduce of a launch of one weight or several.
+func reduceKernel(many bool) int {
+	if many {
+		return kLinReduceMany
+	}
+	return kLinReduce
 }
 
 // manyParams is the parameter block of a dense launch of the weights ws

@@ -160,6 +160,7 @@ static kern kernels[] = {
     {"glyd_lin_f12t1_experts", emu_decode::glyd_lin_f12t1_experts},
     {"glyd_lin_f12t_reduce", emu_decode::glyd_lin_f12t_reduce},
     {"glyd_lin_reduce", emu_decode::glyd_lin_reduce},
+    {"glyd_lin_reduce_many", emu_decode::glyd_lin_reduce_many},
     {"glyd_moe_silu_mul", emu_decode::glyd_moe_silu_mul},
     {"glyd_moe_row_experts", emu_decode::glyd_moe_row_experts},
 };
