@@ -214,17 +214,23 @@ func glydgo_gpu_linear(device C.int, stream unsafe.Pointer, x unsafe.Pointer, ro
 	if err != nil {
 		return fail(err)
 	}
+	return linearRun("glyd_gpu_linear", device, stream, x, rows, []*gpu.DeviceTensor{d}, []uintptr{uintptr(bias)}, y, ws, wsBytes)
+}
+
+// linearRun checks the rows and the workspace of a glyd_gpu_linear* call
+// (against LinearManyWorkspaceBound), then runs it.
+func linearRun(fn string, device C.int, stream, x unsafe.Pointer, rows C.int64_t, weights []*gpu.DeviceTensor, biases []uintptr, y, ws unsafe.Pointer, wsBytes C.size_t) C.int {
 	if err := rowsArg(rows); err != nil {
 		return fail(err)
 	}
-	need, err := gpu.LinearWorkspaceBound(d, int(rows))
+	need, err := gpu.LinearManyWorkspaceBound(weights, int(rows))
 	if err != nil {
 		return fail(err)
 	}
 	if uint64(wsBytes) < need {
-		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_linear: workspace_bytes %d < %d", wsBytes, need))
+		return fail(status.Errorf(status.BufferTooSmall, "%s: workspace_bytes %d < %d", fn, wsBytes, need))
 	}
-	return result(gpu.Linear(int(device), uintptr(stream), uintptr(x), int(rows), d, uintptr(bias), uintptr(y), uintptr(ws), uint64(wsBytes)))
+	return result(gpu.LinearMany(int(device), uintptr(stream), uintptr(x), int(rows), weights, biases, uintptr(y), uintptr(ws), uint64(wsBytes)))
 }
 
 // gpuTensors converts an array of count glyd_gpu_tensor (C memory).
@@ -275,16 +281,6 @@ func glydgo_gpu_linear_many(device C.int, stream unsafe.Pointer, x unsafe.Pointe
 	if err != nil {
 		return fail(err)
 	}
-	if err := rowsArg(rows); err != nil {
-		return fail(err)
-	}
-	need, err := gpu.LinearManyWorkspaceBound(weights, int(rows))
-	if err != nil {
-		return fail(err)
-	}
-	if uint64(wsBytes) < need {
-		return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_linear_many: workspace_bytes %d < %d", wsBytes, need))
-	}
 	var biases []uintptr
 	if bias != nil {
 		biases = make([]uintptr, len(weights))
@@ -292,7 +288,7 @@ func glydgo_gpu_linear_many(device C.int, stream unsafe.Pointer, x unsafe.Pointe
 			biases[i] = uintptr(b)
 		}
 	}
-	return result(gpu.LinearMany(int(device), uintptr(stream), uintptr(x), int(rows), weights, biases, uintptr(y), uintptr(ws), uint64(wsBytes)))
+	return linearRun("glyd_gpu_linear_many", device, stream, x, rows, weights, biases, y, ws, wsBytes)
 }
 
 var (

@@ -28,6 +28,30 @@ func lcg(seed uint32) func() uint32 {
 	return func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
 }
 
+// fakeMemory hands out the fake libcuda's "device memory": 16-byte aligned
+// host buffers, kept alive until the test ends.
+type fakeMemory struct{ keep [][]byte }
+
+func (m *fakeMemory) alloc(n int) []byte {
+	b := make([]byte, n+32)
+	o := int((16 - uintptr(unsafe.Pointer(&b[0]))%16) % 16)
+	m.keep = append(m.keep, b)
+	return b[o : o+n]
+}
+
+// tensor places the planes of a packed tensor of the given shape.
+func (m *fakeMemory) tensor(pk *codec.Tensor, shape []int64) *DeviceTensor {
+	d := &DeviceTensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: shape, Groups: pk.Groups}
+	for p, b := range pk.Planes {
+		if len(b) > 0 {
+			a := m.alloc(len(b))
+			copy(a, b)
+			d.Planes[p] = uintptr(unsafe.Pointer(&a[0]))
+		}
+	}
+	return d
+}
+
 // TestPackEmulated runs PackBound and Pack (the real host code and driver
 // layer) against kernels/emu's fake libcuda.so.1, which runs kernels/pack.cu
 // on the CPU with host memory as "device" memory. Run it with
@@ -150,21 +174,9 @@ func TestTransposedExpertsEmulated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &DeviceTensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: []int64{e, in, out}, Groups: pk.Groups}
-	keep := [][]byte{}
-	aligned := func(n int) []byte {
-		b := make([]byte, n+32)
-		o := int((16 - uintptr(unsafe.Pointer(&b[0]))%16) % 16)
-		keep = append(keep, b)
-		return b[o : o+n]
-	}
-	for p, b := range pk.Planes {
-		if len(b) > 0 {
-			a := aligned(len(b))
-			copy(a, b)
-			d.Planes[p] = uintptr(unsafe.Pointer(&a[0]))
-		}
-	}
+	var mem fakeMemory
+	aligned := mem.alloc
+	d := mem.tensor(pk, []int64{e, in, out})
 	tb, err := ExpertsTableBytes(d)
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +239,7 @@ func TestTransposedExpertsEmulated(t *testing.T) {
 		}
 		runtime.KeepAlive(x)
 	}
-	runtime.KeepAlive(keep)
+	runtime.KeepAlive(&mem)
 }
 
 // TestMoeActivationAndRoutingIdsEmulated runs MoeSiluMul and MoeRowExperts
@@ -322,13 +334,8 @@ func TestLinearReduceSegmentsEmulated(t *testing.T) {
 	}
 	rnd := lcg(12)
 	const rows, k, splits = 3, 48, 3
-	keep := [][]byte{}
-	aligned := func(n int) []byte {
-		b := make([]byte, n+32)
-		o := int((16 - uintptr(unsafe.Pointer(&b[0]))%16) % 16)
-		keep = append(keep, b)
-		return b[o : o+n]
-	}
+	var mem fakeMemory
+	aligned := mem.alloc
 	ptr := func(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 	var ws []*DeviceTensor
 	var biases []uintptr
@@ -347,14 +354,7 @@ func TestLinearReduceSegmentsEmulated(t *testing.T) {
 		if pk.Groups[0].Escapes == 0 {
 			t.Fatalf("weight %d has no escapes", i)
 		}
-		d := &DeviceTensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: []int64{n, k}, Groups: pk.Groups}
-		for p, b := range pk.Planes {
-			if len(b) > 0 {
-				a := aligned(len(b))
-				copy(a, b)
-				d.Planes[p] = ptr(a)
-			}
-		}
+		d := mem.tensor(pk, []int64{n, k})
 		eb, err := EscapeIndexBytes(d)
 		if err != nil {
 			t.Fatal(err)
@@ -403,5 +403,5 @@ func TestLinearReduceSegmentsEmulated(t *testing.T) {
 		}
 		off += n
 	}
-	runtime.KeepAlive(keep)
+	runtime.KeepAlive(&mem)
 }
