@@ -402,8 +402,9 @@ int glyd_gpu_linear_many(int device, void *stream, const void *x, int64_t rows,
 
 /* Name of the kernel glyd_gpu_linear runs on `device` for w and `rows`
  * (static storage), for diagnostics and benchmarks. The choice depends on the
- * GPU: sm_90 (H100, H200) runs wgmma kernels (glyd_lin_f12w_*) from 9 rows on,
- * and from 1 row on weights of >= 16896 rows. */
+ * GPU: sm_90 (H100, H200) runs wgmma kernels (glyd_lin_f12w_*) from 9 rows on
+ * (up to 16 rows not on weights of 6144..16895 rows), and from 1 row on
+ * weights of >= 16896 rows. */
 int glyd_gpu_linear_kernel(int device, const glyd_gpu_tensor *w, int64_t rows, const char **name);
 
 /* Benchmarks only: make glyd_gpu_linear use kernel configuration `name` (as

@@ -79,14 +79,16 @@ func TestConfigTable(t *testing.T) {
 	}
 	for _, hopper := range []bool{false, true} {
 		for _, r := range []int64{1, 8, 9, 16, 17, 64, 65, 128, 129, 300, 2048} {
-			for _, n := range []int64{4096, 24576} {
+			for _, n := range []int64{4096, 6144, 24576} {
 				i := pickConfig(r, n, hopper)
 				if i < 0 || i >= len(linConfigs) {
 					t.Fatalf("rows %d -> config %d", r, i)
 				}
-				// wgmma on sm_90 from 9 tokens, and from 1 on weights of >= 264 row tiles
+				// wgmma on sm_90 from 9 tokens (but for weights of 96..263 row tiles
+				// at 9..16 tokens), and from 1 on weights of >= 264 row tiles
 				c := linConfigs[i]
-				if (c.Kind == linWgmma) != (hopper && (r > 8 || n/64 >= splitTarget)) {
+				mid := r > 8 && r <= 16 && n/64 >= 96 && n/64 < splitTarget
+				if (c.Kind == linWgmma) != (hopper && !mid && (r > 8 || n/64 >= splitTarget)) {
 					t.Fatalf("rows %d n %d hopper %v -> %s", r, n, hopper, c.name())
 				}
 				if int64(c.tokens()) > max(16, 2*r) {
@@ -181,5 +183,13 @@ func TestLinearManyArgs(t *testing.T) {
 	}
 	if b1, _ := LinearWorkspaceBound(k, 1); b1 == 0 {
 		t.Fatal("a 1024-row weight alone splits K at 1 token")
+	}
+	// K % 16 != 0: the generic kernel, which never splits K
+	odd := fakeMatrix(37, 1001)
+	for _, rows := range []int{1, 9, 100} {
+		b, err := LinearManyWorkspaceBound([]*DeviceTensor{odd}, rows)
+		if b1, _ := LinearWorkspaceBound(odd, rows); err != nil || b != 0 || b1 != 0 {
+			t.Fatalf("K = 1001, rows %d: bounds %d and %d (%v), want 0", rows, b, b1, err)
+		}
 	}
 }

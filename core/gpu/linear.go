@@ -105,7 +105,11 @@ var linConfigs = []linConfig{
 //     take the 16-token wgmma tile already (session 5: gate_up 0.517 ->
 //     0.498 ms at 1 token, 0.524 -> 0.501 at 8; narrower shapes lose).
 //   - from 9 tokens on sm_90 (hopper), the wgmma kernel (session 4 sweeps):
-//     16-token tiles to 16 tokens; to 32, 4 k-blocks in flight per lane at
+//     16-token tiles to 16 tokens, one warpgroup on weights of >= 264 tiles
+//     (gate_up), two splitting K on < 96 (o, down: 12 layers of o at 9
+//     tokens 0.175 -> 0.154 ms, session 8), and between them (qkv) the
+//     mma.sync tile of 16 rows, whose 384 blocks need no split-K
+//     (0.200 -> 0.177 ms at 9 tokens, 0.202 -> 0.191 at 16); to 32, 4 k-blocks in flight per lane at
 //     3 blocks per SM on weights of >= 96 tiles (qkv, gate_up), two
 //     warpgroups splitting K on narrower ones (o, down); 64-token tiles
 //     beyond, 4 k-blocks in flight at 2 blocks per SM (session 5, with the
@@ -126,8 +130,12 @@ func pickConfig(rows, n int64, hopper bool) int {
 			return 1 // m1n1w1k16u1
 		}
 		return 0 // m1n1w1k8u1
-	case hopper && rows <= 16:
+	case hopper && rows <= 16 && tiles >= splitTarget:
 		return 7 // t16k1s4u4p2
+	case hopper && rows <= 16 && tiles >= 96:
+		return 2 // m1n2w1k8u1
+	case hopper && rows <= 16:
+		return 8 // t16k2s4u2p2
 	case hopper && rows <= 32 && tiles >= 96:
 		return 11 // t32k1s4u4p2
 	case hopper && rows <= 32:
@@ -305,7 +313,7 @@ func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if rows <= 0 || forced.Load() < 0 {
+	if rows <= 0 || forced.Load() < 0 || k%16 != 0 { // the generic kernel: no split
 		return 0, nil
 	}
 	var need uint64
