@@ -3,9 +3,9 @@
 # builds libglyd.so (with that commit's committed fatbin) and copies it with
 # that commit's python/ into build/ab/<ref, '/' -> '-'>/, which travels with
 # build/ in `carry`. On the GPU machine:
-#   PYTHONPATH=build/ab/exp-overlap/python GLYD_LIBRARY=build/ab/exp-overlap/libglyd.so \
+#   PYTHONPATH=build/ab/exp-x/python GLYD_LIBRARY=build/ab/exp-x/libglyd.so \
 #     python3 -m glyd.gpu bench --tables 1 ...
-#   bash python/benchmarks/build_refs.sh main exp/overlap exp/decode-imad
+#   bash python/benchmarks/build_refs.sh main exp/x
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 for ref in "$@"; do
