@@ -520,3 +520,35 @@ def test_linear_configs_are_forceable():
             _gpu.force_kernel("glyd_lin_f12_m9n9w9k9u9")
     finally:
         _gpu.force_kernel(None)
+
+
+def test_siblings_grouped_at_prepare_and_copied_without_device_state():
+    """prepare groups the packed linears of one parent with the same input width
+    (q/k/v-like; another width stays alone), and a deep copy keeps the grouping of its
+    own modules but neither the launch state (ctypes pointers to the original's planes)
+    nor outputs waiting for a member, nor a weight's device state."""
+    from glyd import _gpu
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj, self.k_proj, self.v_proj = nn.Linear(64, 64), nn.Linear(64, 16), nn.Linear(64, 16)
+            self.wide = nn.Linear(32, 64)
+
+    m = Attn().to(torch.bfloat16)
+    gpu_experts.pack_module(m)
+    sib = m.q_proj.__dict__["_glyd_siblings"]
+    assert sib.members == [m.q_proj, m.k_proj, m.v_proj] and "_glyd_siblings" not in m.wide.__dict__
+    sib._multi = ((), (_gpu.GpuTensor * 3)())  # as after a GPU launch
+    sib.pending[m.k_proj] = (torch.zeros(1), 0, torch.zeros(1))
+    h = gpu_linear._weight_holder(m.q_proj)
+    h.__dict__["_glyd_state"] = gpu_linear._State(h._planes_key(), _gpu.GpuTensor())
+    c = copy.deepcopy(m)
+    cs = c.q_proj.__dict__["_glyd_siblings"]
+    assert cs is not sib and cs.members == [c.q_proj, c.k_proj, c.v_proj]
+    assert cs._multi is None and cs.pending == {}
+    assert gpu_linear._weight_holder(c.q_proj).__dict__.get("_glyd_state") is None
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    assert torch.equal(c.k_proj(x), m.k_proj(x))
+    gpu_linear.prepare(c, siblings=False)  # ungrouped
+    assert all("_glyd_siblings" not in mod.__dict__ for mod in (c.q_proj, c.k_proj, c.v_proj))

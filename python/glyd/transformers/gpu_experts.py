@@ -161,6 +161,11 @@ class ExpertWeights:
         self._experts = None    # per-expert single-group DeviceTensors (fused linear)
         self._grouped = None    # glyd._gpu.DeviceExperts: experts table (one-launch decode, grouped linear)
 
+    def __reduce__(self):
+        # A copied or pickled holder builds its own on demand: this one points at
+        # the original's planes (and its device tensors hold ctypes pointers).
+        return (type(None), ())
+
     # -- device tensors --
     def _refresh(self):
         key = self.holder._planes_key()

@@ -143,6 +143,11 @@ class _State:
     def __init__(self, key, dt):
         self.key, self.dt, self.bounds = key, dt, {}
 
+    def __reduce__(self):
+        # A copied or pickled holder rebuilds its own state on demand: this one
+        # points at the original's planes (and holds ctypes pointers).
+        return (type(None), ())
+
     def workspace_bound(self, rows: int) -> int:
         b = self.bounds.get(rows)
         if b is None:
@@ -230,6 +235,14 @@ class _Siblings:
         self._multi = None  # (member states, glyd._gpu.MultiLinear over them)
         for m in self.members:
             m.__dict__["_glyd_siblings"] = self
+
+    def __getstate__(self):
+        # deepcopy / pickle: the members (copied with the model), not the
+        # launch state (ctypes pointers to the original's planes) or outputs.
+        return {"members": self.members}
+
+    def __setstate__(self, state):
+        self.members, self.pending, self._multi = state["members"], {}, None
 
     def drop(self, module) -> None:
         """``module`` is not called with its siblings' input: it runs alone from now on."""

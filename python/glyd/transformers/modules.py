@@ -98,6 +98,14 @@ class PackedWeight(nn.Module):
         self._decoded: Optional[torch.Tensor] = None
         self._decoded_key = None
 
+    def __getstate__(self):
+        # copy.deepcopy and pickling keep the planes, not the caches built from
+        # them (the PackedTensor view holds ctypes pointers): a copy rebuilds
+        # them from its own planes.
+        state = self.__dict__.copy()
+        state.update(_packed=None, _packed_key=None, _decoded=None, _decoded_key=None)
+        return state
+
     @classmethod
     def from_packed(cls, attr: str, packed: PackedTensor, scratch_key: str = "") -> "PackedWeight":
         """A holder around an existing PackedTensor (used when packing in memory)."""

@@ -138,6 +138,20 @@ def test_checkpoint_equals_packed_in_memory(models, tiny_model, exact):
     assert torch.equal(a, b), f"checkpoint vs packed in memory (exact={exact}): rel {rel(a, b):.3g}"
 
 
+def test_deepcopy_after_use(models):
+    # the copy rebuilds its device state, escape indices and siblings' launch state
+    # from its own planes (the original's hold ctypes pointers to the original's)
+    _, loaded, _, _ = models
+    x = _inputs()
+    want = _logits(loaded, x)
+    c = copy.deepcopy(loaded)
+    assert torch.equal(_logits(c, x), want)
+    q = c.model.layers[0].self_attn.q_proj
+    assert q.__dict__["_glyd_siblings"].members[0] is q
+    del c
+    torch.cuda.empty_cache()
+
+
 def test_linear_module_fused_and_exact():
     torch.manual_seed(0)
     for n, k, rows in [(96, 64, 1), (1000, 1040, 7), (4096, 4096, 64), (777, 528, 300)]:
