@@ -82,6 +82,7 @@ test-examples: examples venv ## run the C, Go and Python examples
 	$(MAKE) -C examples/c run
 	$(GO) test -run Example ./core/...
 	GLYD_LIBRARY=$(CURDIR)/$(LIB) PYTHONPATH=python $(VPY) examples/python/pack_tensor.py
+	GLYD_LIBRARY=$(CURDIR)/$(LIB) PYTHONPATH=python $(VPY) examples/python/generate_packed.py --layers 2 --tokens 8
 
 test-python: lib venv ## the Python tests (GPU tests skip without a GPU)
 	GLYD_LIBRARY=$(CURDIR)/$(LIB) PYTHONPATH=python $(VPY) -m pytest -q python/tests
