@@ -405,3 +405,93 @@ func TestLinearReduceSegmentsEmulated(t *testing.T) {
 	}
 	runtime.KeepAlive(&mem)
 }
+
+// TestLinearManyGenericEmulated runs LinearMany on the generic kernel (x not
+// 16-byte aligned; the fake libcuda runs glyd_lin_f12_generic on the CPU): three
+// weights with escapes and biases on some, outputs end to end, each equal bit
+// for bit to Linear of its weight alone and within bf16 rounding of the
+// product of x and the weight.
+func TestLinearManyGenericEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	rnd := lcg(17)
+	var mem fakeMemory
+	ptr := func(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+	const rows, k = 5, 48
+	var ws []*DeviceTensor
+	var biases []uintptr
+	var wv [][]uint16
+	var bv [][]float32
+	for i, n := range []int64{9, 4, 6} {
+		w := make([]uint16, n*k)
+		for j := range w {
+			w[j] = uint16(rnd()&0x807f) | uint16(118+rnd()%6)<<7
+			if rnd()%9 == 0 {
+				w[j] = uint16(rnd()&0x807f) | uint16(60+rnd()%100)<<7 // escapes
+			}
+		}
+		pk, err := codec.Pack(w, codec.BF16, []int64{n, k}, codec.Options{Layout: codec.Fixed12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := mem.tensor(pk, []int64{n, k})
+		if pk.Groups[0].Escapes > 0 {
+			eb, _ := EscapeIndexBytes(d)
+			idx := mem.alloc(int(eb))
+			if err := BuildEscapeIndex(0, 0, d, ptr(idx)); err != nil {
+				t.Fatal(err)
+			}
+			d.EscRows = ptr(idx)
+		}
+		bias, b := uintptr(0), make([]float32, n)
+		if i != 1 {
+			bb := mem.alloc(int(2 * n))
+			for j := range b {
+				h := bf16.FromFloat32(float32(int32(rnd()%201)-100) / 100)
+				binary.LittleEndian.PutUint16(bb[2*j:], h)
+				b[j] = bf16.ToFloat32(h)
+			}
+			bias = ptr(bb)
+		}
+		ws, biases, wv, bv = append(ws, d), append(biases, bias), append(wv, w), append(bv, b)
+	}
+	xb := mem.alloc(2*rows*k + 2)[2:] // misaligned: the generic kernel
+	xs := make([]float32, rows*k)
+	for j := range xs {
+		h := bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 500)
+		binary.LittleEndian.PutUint16(xb[2*j:], h)
+		xs[j] = bf16.ToFloat32(h)
+	}
+	ntot := sumRows(ws)
+	all := mem.alloc(int(2 * rows * ntot))
+	if err := LinearMany(0, 0, ptr(xb), rows, ws, biases, ptr(all), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	off := int64(0)
+	for i, w := range ws {
+		n := w.Shape[0]
+		one := mem.alloc(int(2 * rows * n))
+		if err := Linear(0, 0, ptr(xb), rows, w, biases[i], ptr(one), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		got := all[2*rows*off : 2*rows*(off+n)]
+		if !slices.Equal(got, one) {
+			t.Fatalf("weight %d: LinearMany differs from Linear", i)
+		}
+		for m := int64(0); m < rows; m++ {
+			for r := int64(0); r < n; r++ {
+				want, mag := float64(bv[i][r]), math.Abs(float64(bv[i][r]))
+				for c := int64(0); c < k; c++ {
+					p := float64(xs[m*k+c]) * float64(bf16.ToFloat32(wv[i][r*k+c]))
+					want += p
+					mag += math.Abs(p)
+				}
+				v := float64(bf16.ToFloat32(binary.LittleEndian.Uint16(got[2*(m*n+r):])))
+				if math.Abs(v-want) > 1e-2*math.Abs(want)+1e-5*mag+1e-30 {
+					t.Fatalf("weight %d output [%d][%d] = %g, want %g", i, m, r, v, want)
+				}
+			}
+		}
+		off += n
+	}
+	runtime.KeepAlive(&mem)
+}

@@ -286,9 +286,9 @@ func chunks(ws []*DeviceTensor) [][]*DeviceTensor {
 }
 
 // fusedWeight reports whether Linear can run w: fixed12, a 2-D matrix of one
-// group, K a multiple of 16.
+// group (whether on the fast kernels or the generic one: fastPath).
 func fusedWeight(w *DeviceTensor) bool {
-	return w.Layout == codec.Fixed12 && len(w.Shape) == 2 && len(w.Groups) == 1 && w.Shape[1]%16 == 0
+	return w.Layout == codec.Fixed12 && len(w.Shape) == 2 && len(w.Groups) == 1
 }
 
 // LinearWorkspaceBound returns the workspace Linear needs for w and rows
@@ -436,7 +436,9 @@ func LinearMany(dev int, stream uintptr, x uintptr, rows int, ws []*DeviceTensor
 	if err != nil {
 		return err
 	}
-	if biases != nil && len(biases) != len(ws) {
+	if biases == nil {
+		biases = make([]uintptr, len(ws))
+	} else if len(biases) != len(ws) {
 		return status.Errorf(status.InvalidArgument, "gpu: %d biases for %d weights", len(biases), len(ws))
 	}
 	if rows < 0 {
@@ -452,12 +454,6 @@ func LinearMany(dev int, stream uintptr, x uintptr, rows int, ws []*DeviceTensor
 	if err != nil {
 		return err
 	}
-	bias := func(i int) uintptr {
-		if biases == nil {
-			return 0
-		}
-		return biases[i]
-	}
 	fast := forced.Load() >= 0 && k > 0
 	for _, w := range ws {
 		fast = fast && fastPath(w, x)
@@ -472,11 +468,8 @@ func LinearMany(dev int, stream uintptr, x uintptr, rows int, ws []*DeviceTensor
 				return status.Errorf(status.Unsupported, "gpu: %d weight rows is too many for one launch", n)
 			}
 			if n > 0 {
-				p := groupParams(w, 0)
-				sg := segment(w, bias(i), 0)
-				p.escrows, p.escrecs = sg.escrows, sg.escrecs
-				p.x, p.bias, p.y = C.glyd_u64(x), sg.bias, C.glyd_u64(y)
-				p.rows, p.N, p.K, p.splits = C.glyd_i64(rows), C.glyd_i64(n), C.glyd_i64(k), 1
+				// the generic kernel decodes escapes as 0, as the _safe ones do
+				p := manyParams(ws[i:i+1], biases[i:i+1], true, x, y, rows, k)
 				if err := launch(dev, kLinGeneric, uint32((int64(rows)+7)/8), uint32(gy), 1, 128, 0, stream, &p); err != nil {
 					return err
 				}
@@ -487,11 +480,7 @@ func LinearMany(dev int, stream uintptr, x uintptr, rows int, ws []*DeviceTensor
 	}
 	b0 := 0
 	for _, ch := range chunks(ws) {
-		bs := make([]uintptr, len(ch))
-		for i := range ch {
-			bs[i] = bias(b0 + i)
-		}
-		if err := d.linearLaunch(dev, stream, x, rows, k, ch, bs, y, workspace, wsBytes); err != nil {
+		if err := d.linearLaunch(dev, stream, x, rows, k, ch, biases[b0:b0+len(ch)], y, workspace, wsBytes); err != nil {
 			return err
 		}
 		b0 += len(ch)

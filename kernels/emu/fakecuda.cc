@@ -1,11 +1,11 @@
 // fakecuda.cc — a fake libcuda.so.1 that runs the pack kernels of
 // kernels/pack.cu, the fixed12 decode / escape index kernels of
-// kernels/decode.cu, the split-K reduce of kernels/linear.cu and the
-// transposed experts, SwiGLU and routing-id kernels of kernels/moe.cu on the
-// CPU, with "device memory" = host memory. Tests
+// kernels/decode.cu, the split-K reduce and generic kernel of
+// kernels/linear.cu and the transposed experts, SwiGLU and routing-id kernels
+// of kernels/moe.cu on the CPU, with "device memory" = host memory. Tests
 // only: core/gpu's *Emulated tests run the real host code (driver.c, pack.go,
-// decode.go, moe.go, route.go) against it when GLYD_FAKE_CUDA is set
-// (kernels/emu/run.sh builds and runs).
+// decode.go, linear.go, moe.go, route.go) against it when GLYD_FAKE_CUDA is
+// set (kernels/emu/run.sh builds and runs).
 #include "shim.h"
 
 #include <cmath>
@@ -105,6 +105,8 @@ inline T emu_lane_get(T v, int src) {
 template <class T>
 inline T __shfl_sync(unsigned, T v, int src) { return emu_lane_get(v, src); }
 template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int m) { return emu_lane_get(v, (threadIdx.x & 31) ^ m); }
+template <class T>
 inline T __shfl_up_sync(unsigned, T v, int o) {
 	const int l = threadIdx.x & 31;
 	return emu_lane_get(v, l >= o ? l - o : l);
@@ -128,7 +130,7 @@ inline emu_bf16 __float2bfloat16_rn(float f) {
 }
 inline uint16_t __bfloat16_as_ushort(emu_bf16 h) { return h.b; }
 using std::fmaf;
-#include "linear_helpers.inc" // code_bytes, add_escape, finish, glyd_lin_reduce (extracted from kernels/linear.cu by run.sh)
+#include "linear_helpers.inc" // code_bytes, add_escape, finish, the reduce and generic kernels (kernels/linear.cu, run.sh)
 #include "moe_transposed.inc" // nth_expert, block_expert and the transposed experts kernels (moe.cu)
 // For moe.cu's SwiGLU and routing-id kernels: IEEE float ops (the host's are
 // round-to-nearest), the host's expf, a warp vote.
@@ -161,6 +163,7 @@ static kern kernels[] = {
     {"glyd_lin_f12t_reduce", emu_decode::glyd_lin_f12t_reduce},
     {"glyd_lin_reduce", emu_decode::glyd_lin_reduce},
     {"glyd_lin_reduce_many", emu_decode::glyd_lin_reduce_many},
+    {"glyd_lin_f12_generic", emu_decode::glyd_lin_f12_generic},
     {"glyd_moe_silu_mul", emu_decode::glyd_moe_silu_mul},
     {"glyd_moe_row_experts", emu_decode::glyd_moe_row_experts},
 };

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # kernels/emu/run.sh — build the fake libcuda.so.1 (kernels/emu/fakecuda.cc:
-# kernels/pack.cu, decode.cu's fixed12 kernels, linear.cu's split-K reduce,
-# moe.cu's transposed experts,
-# SwiGLU and routing-id kernels on the CPU) and run core/gpu's emulated tests
+# kernels/pack.cu, decode.cu's fixed12 kernels, linear.cu's split-K reduce and
+# generic kernel, moe.cu's transposed experts, SwiGLU and routing-id kernels on
+# the CPU) and run core/gpu's emulated tests
 # against it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,9 +12,10 @@ awk '/^__device__ __forceinline__ uint32_t block_exclusive_sum/,/^}/' kernels/de
 # decode.cu's fixed12 decode and escape kernels: from add_bytes to the smallest
 # section, and the escape index kernels at the end.
 awk '/^\/\/ Per-byte add/{on=1} /^\/\/ -----/{on=0} /^\/\/ Escape index for the fused kernels/{on=1} on' kernels/decode.cu > "$OUT/decode_f12.inc"
-# linear.cu's code_bytes, add_escape and finish, its segment lookup and
-# split-K reduce; moe.cu's expert lookup and its transposed experts kernels.
-awk '/^\/\/ The exponents of 8 weights from their 4-bit codes/{on=1} /^\/\/ 16 weights of one row/{on=0} /^\/\/ The escape correction of one output/{on=1} /^__device__ __forceinline__ uint32_t ld_u32/{on=0} /^\/\/ A dense launch.s parameters for its segment/{on=1} /^\/\/ Hopper \(sm_90a\): the same decode/{on=0} on' kernels/linear.cu > "$OUT/linear_helpers.inc"
+# linear.cu's code_bytes, add_escape and finish, its segment lookup, split-K
+# reduce and generic kernel; moe.cu's expert lookup and its transposed
+# experts kernels.
+awk '/^\/\/ The exponents of 8 weights from their 4-bit codes/{on=1} /^\/\/ 16 weights of one row/{on=0} /^\/\/ The escape correction of one output/{on=1} /^__device__ __forceinline__ uint32_t ld_u32/{on=0} /^\/\/ A dense launch.s parameters for its segment/{on=1} /^\/\/ Hopper \(sm_90a\): the same decode/{on=0} /^extern "C" __global__ void __launch_bounds__\(128\) glyd_lin_f12_generic/{on=1} on' kernels/linear.cu > "$OUT/linear_helpers.inc"
 awk '/^\/\/ The z-th expert \(0-based\)/{on=1} /^\/\/ The parameters of expert e for the tile code/{on=0} /^\/\/ Transposed experts:/{on=1} /^\/\/ Bin of a routing id/{on=0} on' kernels/moe.cu > "$OUT/moe_transposed.inc"
 # moe.cu's SwiGLU and routing-id kernels (from the SwiGLU's comment to the end).
 awk '/^\/\/ out\[r\]\[j\] = bf16\(bf16\(silu\(g\)\) \* u\)/{on=1} on' kernels/moe.cu > "$OUT/moe_tail.inc"
