@@ -1103,7 +1103,8 @@ def _dbrx_forward(self, hidden_states, top_k_index, top_k_weights):
 def attach(model) -> None:
     """Patch the modules whose routing lives outside the packed module (DBRX's
     DbrxExperts around the packed DbrxExpertGLU): they then read only routed
-    experts, on the GPU (fused) and the CPU (decoded). Idempotent."""
+    experts, on the GPU (fused) and the CPU (decoded); run shared experts on a
+    side stream (gpu_shared). Idempotent."""
     for _, m in model.named_modules():
         child = m._modules.get("mlp") if hasattr(m, "_modules") else None
         if child is None or not isinstance(child, _m.GlydModule) or "forward" in m.__dict__:
@@ -1112,6 +1113,9 @@ def attach(model) -> None:
             continue
         m.forward = types.MethodType(_dbrx_forward, m)
     prepare_experts(model)
+    from . import gpu_shared
+
+    gpu_shared.attach(model)  # shared experts beside the routed ones
 
 
 def prepare_experts(model) -> int:
