@@ -229,6 +229,7 @@ PROMPT_KERNEL = "decode tiles + cuBLAS"
 TILE_ROW_MULTIPLE = 128
 
 _FORCED = [False]  # force_kernel(name) benchmarks the fused kernel: no prompt path then
+_FORCE_GEN = [0]  # bumped by force_kernel: the workspace bounds cached per row count depend on the kernel
 
 
 def set_prompt_rows(rows: int | None) -> int | None:
@@ -331,6 +332,7 @@ class DeviceTensor:
             c.planes[i] = t.data_ptr() if t.numel() else None
         c.esc_rows = None
         self._c = c
+        self._bounds = {}  # workspace_bound per row count
         self.esc_rows = None
         if len(self.groups) == 1 and len(self.shape) >= 2 and self.escapes:
             lib = _gpu()
@@ -436,54 +438,72 @@ class DeviceTensor:
         return y2
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None,
-               workspace: torch.Tensor | None = None) -> torch.Tensor:
+               workspace: torch.Tensor | None = None, checked: bool = False) -> torch.Tensor:
         """y = x @ W.T (+ bias) for W [N, K] = this tensor. x: bf16 [..., K] on
-        the same device; returns bf16 [..., N]. Below PROMPT_ROWS rows the fused
-        kernel decodes W inside the matmul; from PROMPT_ROWS rows on (fixed12)
-        the prompt path: W decoded a tile of rows at a time (in L2), each tile
-        multiplied by cuBLAS (linear_tiles; `workspace` is not used there)."""
-        if len(self.shape) != 2:
-            raise InvalidArgumentError(1, f"linear needs a 2-D weight, this one is {self.shape}")
-        n, k = self.shape
-        if x.dtype != torch.bfloat16 or x.device != self.device or x.shape[-1] != k:
-            raise InvalidArgumentError(1, f"x must be bfloat16 [..., {k}] on {self.device}, got {x.dtype} {tuple(x.shape)} on {x.device}")
+        the same device; returns bf16 [..., N] (into `out` when given). Below
+        PROMPT_ROWS rows the fused kernel decodes W inside the matmul (split-K
+        partial sums in `workspace` when given, else in a fresh one); from
+        PROMPT_ROWS rows on (fixed12) the prompt path: W decoded a tile of rows
+        at a time, each tile multiplied by cuBLAS (linear_tiles; `workspace` is
+        not used there). The one implementation of a fused linear call:
+        ``checked=True`` skips the argument checks for callers that made the
+        arguments themselves (the packed linear modules' hot path)."""
+        n, k = self.shape if len(self.shape) == 2 else (0, 0)
+        if not checked:
+            self._check_linear(x, bias, out, workspace)
         x2 = x.reshape(-1, k)
-        if not x2.is_contiguous():
-            x2 = x2.contiguous()
+        if not x2.is_contiguous() or x2.data_ptr() % 16:
+            x2 = x2.clone(memory_format=torch.contiguous_format)  # a fresh block: contiguous and aligned
         rows = x2.shape[0]
         if out is None:
             out = torch.empty((*x.shape[:-1], n), dtype=torch.bfloat16, device=self.device)
-        elif (out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous()
-              or out.numel() != rows * n):
+        elif not checked and out.numel() != rows * n:
             raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor of {rows}x{n} elements on "
                                           f"{self.device}, got {out.dtype} {tuple(out.shape)} on {out.device}")
-        if bias is not None and (bias.dtype != torch.bfloat16 or bias.numel() != n or not bias.is_contiguous()
-                                 or bias.device != self.device):
-            raise InvalidArgumentError(1, f"bias must be a contiguous bfloat16 tensor of {n} elements on {self.device}")
         if rows and self.prompt_path(rows):
             self.linear_tiles(x2, bias, out.view(rows, n))
             return out
-        lib = _gpu()
-        ws_ptr, ws_n = None, 0
+        need = self.workspace_bound(rows) if rows else 0
         if workspace is None:
-            need = self.workspace_bound(rows)
-            if need:
-                workspace = torch.empty(need, dtype=torch.uint8, device=self.device)
-        if workspace is not None:
-            ws_ptr, ws_n = workspace.data_ptr(), workspace.numel() * workspace.element_size()
-            if workspace.device != self.device or not workspace.is_contiguous() or ws_ptr % 16:
-                raise InvalidArgumentError(1, f"workspace must be a contiguous, 16-byte aligned tensor on {self.device}")
-            if ws_n < self.workspace_bound(rows):
-                raise InvalidArgumentError(1, f"workspace has {ws_n} bytes, the kernel needs {self.workspace_bound(rows)}")
-        _lib.check(lib.glyd_gpu_linear(
+            workspace = torch.empty(need, dtype=torch.uint8, device=self.device) if need else None
+        ws_n = workspace.numel() * workspace.element_size() if workspace is not None else 0
+        if ws_n < need:
+            raise InvalidArgumentError(1, f"workspace has {ws_n} bytes, the kernel needs {need}")
+        st = _gpu().glyd_gpu_linear(
             self.device.index, _stream(self.device), x2.data_ptr(), rows, ctypes.byref(self._c),
-            bias.data_ptr() if bias is not None else None, out.data_ptr(), ws_ptr, ws_n))
+            bias.data_ptr() if bias is not None else None, out.data_ptr(),
+            workspace.data_ptr() if workspace is not None else None, ws_n)
+        if st:
+            _lib.check(st)
         return out
 
+    def _check_linear(self, x, bias, out, workspace) -> None:
+        if len(self.shape) != 2:
+            raise InvalidArgumentError(1, f"linear needs a 2-D weight, this one is {self.shape}")
+        n, k = self.shape
+        if not torch.is_tensor(x) or x.dtype != torch.bfloat16 or x.device != self.device or x.shape[-1] != k:
+            raise InvalidArgumentError(1, f"x must be bfloat16 [..., {k}] on {self.device}, got "
+                                          f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))} "
+                                          f"on {getattr(x, 'device', None)}")
+        if out is not None and (out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous()):
+            raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {self.device}, got "
+                                          f"{out.dtype} {tuple(out.shape)} on {out.device}")
+        if bias is not None and (bias.dtype != torch.bfloat16 or bias.numel() != n or not bias.is_contiguous()
+                                 or bias.device != self.device):
+            raise InvalidArgumentError(1, f"bias must be a contiguous bfloat16 tensor of {n} elements on {self.device}")
+        if workspace is not None and (workspace.device != self.device or not workspace.is_contiguous()
+                                      or workspace.data_ptr() % 16):
+            raise InvalidArgumentError(1, f"workspace must be a contiguous, 16-byte aligned tensor on {self.device}")
+
     def workspace_bound(self, rows: int) -> int:
-        n = c_size_t()
-        _lib.check(_gpu().glyd_gpu_linear_workspace_bound(ctypes.byref(self._c), rows, ctypes.byref(n)))
-        return n.value
+        """Bytes of workspace linear() needs for `rows` rows (0: none); cached per row count."""
+        key = (rows, _FORCE_GEN[0])
+        b = self._bounds.get(key)
+        if b is None:
+            n = c_size_t()
+            _lib.check(_gpu().glyd_gpu_linear_workspace_bound(ctypes.byref(self._c), rows, ctypes.byref(n)))
+            b = self._bounds[key] = n.value
+        return b
 
     def linear_kernel(self, rows: int) -> str:
         """Name of what linear() runs for `rows` rows: PROMPT_KERNEL for the prompt path, else the fused kernel."""
@@ -522,12 +542,13 @@ class MultiLinear:
         self._bounds = {}
 
     def workspace_bound(self, rows: int) -> int:
-        b = self._bounds.get(rows)
+        key = (rows, _FORCE_GEN[0])
+        b = self._bounds.get(key)
         if b is None:
             n = c_size_t()
             _lib.check(_gpu().glyd_gpu_linear_many_workspace_bound(self._arr, len(self.weights), rows,
                                                                    ctypes.byref(n)))
-            b = self._bounds[rows] = n.value
+            b = self._bounds[key] = n.value
         return b
 
     def linear(self, x: torch.Tensor, biases=None) -> list:
@@ -606,6 +627,7 @@ def force_kernel(name: str | None) -> None:
     fused kernel at every row count (no prompt path)."""
     _lib.check(_gpu().glyd_gpu_force_kernel(name.encode() if name else None))
     _FORCED[0] = bool(name) and not name.startswith("glyd_lin_f12g")
+    _FORCE_GEN[0] += 1
 
 
 def pack_planes(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):

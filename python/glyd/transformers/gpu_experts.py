@@ -254,7 +254,7 @@ class ExpertWeights:
             return out
         if self.fused() and x.dtype == torch.bfloat16:
             dt = self.expert(e)
-            return _fused_linear(dt, x, out, ws.linear(dt, x.shape[0], x.device))
+            return dt.linear(x, out=out, workspace=ws.linear(dt, x.shape[0], x.device), checked=True)
         w = ws.weight(self.expert_shape, self.holder.dtype, x.device)
         self.decode(e, w)
         if w.dtype != x.dtype:
@@ -266,25 +266,6 @@ class ExpertWeights:
         return out
 
 
-def _fused_linear(dt, x: torch.Tensor, out: torch.Tensor, workspace) -> torch.Tensor:
-    """dt.linear(x, out=out, workspace=workspace) without its per-call checks
-    (x and out are slices this module made: bf16, contiguous, on dt's device)."""
-    from .. import _gpu, _lib
-
-    c = getattr(dt, "_c", None)
-    if c is None:  # pragma: no cover - another DeviceTensor implementation
-        return dt.linear(x, out=out, workspace=workspace)
-    import ctypes
-
-    dev = dt.device
-    ws_ptr, ws_n = (workspace.data_ptr(), workspace.numel()) if workspace is not None else (None, 0)
-    st = _gpu._gpu().glyd_gpu_linear(dev.index, torch.cuda.current_stream(dev).cuda_stream, x.data_ptr(),
-                                     x.shape[0], ctypes.byref(c), None, out.data_ptr(), ws_ptr, ws_n)
-    if st:
-        _lib.check(st)
-    return out
-
-
 class _Workspace:
     """Reusable device buffers (per thread and device): one decoded expert
     matrix, and the fused linear's split-K workspace. Work on one stream runs
@@ -292,7 +273,6 @@ class _Workspace:
 
     def __init__(self):
         self.bufs = {}
-        self.bounds = {}
 
     def weight(self, shape, dtype, device) -> torch.Tensor:
         n = shape[0] * shape[1]
@@ -304,12 +284,7 @@ class _Workspace:
         return b[:n].view(shape)
 
     def linear(self, dt, rows: int, device):
-        # glyd_gpu_linear_workspace_bound depends on the shape and rows only:
-        # asked once per (shape, rows), not once per expert call.
-        bkey = (dt.shape, dt.escapes > 0, rows)
-        need = self.bounds.get(bkey)
-        if need is None:
-            need = self.bounds[bkey] = dt.workspace_bound(rows)
+        need = dt.workspace_bound(rows)
         if need == 0:
             return None
         key = ("l", device)

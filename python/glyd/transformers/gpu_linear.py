@@ -135,24 +135,17 @@ def _decodable(holder) -> bool:
 # ---- per-weight device state ------------------------------------------------------------------
 
 class _State:
-    """The DeviceTensor of one PackedWeight (planes as they are now) plus the
-    workspace bound per row count (a pure host computation, cached)."""
+    """The DeviceTensor of one PackedWeight (planes as they are now)."""
 
-    __slots__ = ("key", "dt", "bounds")
+    __slots__ = ("key", "dt")
 
     def __init__(self, key, dt):
-        self.key, self.dt, self.bounds = key, dt, {}
+        self.key, self.dt = key, dt
 
     def __reduce__(self):
         # A copied or pickled holder rebuilds its own state on demand: this one
         # points at the original's planes (and holds ctypes pointers).
         return (type(None), ())
-
-    def workspace_bound(self, rows: int) -> int:
-        b = self.bounds.get(rows)
-        if b is None:
-            b = self.bounds[rows] = self.dt.workspace_bound(rows)
-        return b
 
 
 def _state(holder) -> _State:
@@ -320,33 +313,9 @@ def _check(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
 
 
 def _fused(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    import ctypes
-
-    from .. import _gpu, _lib
-
-    st = _state(holder)
-    dt = st.dt
-    n, k = holder.shape
-    x2 = x.reshape(-1, k)
-    if not x2.is_contiguous() or x2.data_ptr() % 16:
-        x2 = x2.clone(memory_format=torch.contiguous_format)  # a fresh block: contiguous and aligned
     if bias is not None and not bias.is_contiguous():
         bias = bias.contiguous()
-    rows = x2.shape[0]
-    out = torch.empty((*x.shape[:-1], n), dtype=torch.bfloat16, device=x.device)
-    if rows and dt.prompt_path(rows):  # prompts: decode tiles + cuBLAS (the one implementation, _gpu)
-        dt.linear_tiles(x2, bias, out.view(rows, n))
-        return out
-    need = st.workspace_bound(rows) if rows else 0
-    ws = torch.empty(need, dtype=torch.uint8, device=x.device) if need else None
-    dev = dt.device
-    status = _gpu._gpu().glyd_gpu_linear(
-        dev.index, torch.cuda.current_stream(dev).cuda_stream, x2.data_ptr(), rows, ctypes.byref(dt._c),
-        bias.data_ptr() if bias is not None else None, out.data_ptr(),
-        ws.data_ptr() if ws is not None else None, need)
-    if status:
-        _lib.check(status)
-    return out
+    return _state(holder).dt.linear(x, bias, checked=True)  # _check made the arguments
 
 
 def _decoded(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
