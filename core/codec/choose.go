@@ -1,5 +1,7 @@
 package codec
 
+import "sync"
+
 // Exported pieces of Pack for encoders that run elsewhere (core/gpu packs
 // on the GPU and must produce exactly Pack's bytes).
 
@@ -24,12 +26,33 @@ func CRCCombineEqual(crcs []uint32, segLen, lastLen uint64) uint32 {
 	if len(crcs) == 0 {
 		return 0
 	}
-	sh := crcShift(segLen)
+	t := shiftTables(segLen)
 	for _, c := range crcs[:len(crcs)-1] {
-		crc = crcMulMod(sh, crc) ^ c
+		crc = t[0][crc&0xff] ^ t[1][crc>>8&0xff] ^ t[2][crc>>16&0xff] ^ t[3][crc>>24] ^ c
 	}
 	return crcCombine(crc, crcs[len(crcs)-1], lastLen)
 }
+
+// shiftTables returns the multiplication by x^(8 segLen) modulo the CRC
+// polynomial as four byte tables (the map is linear over GF(2): a product is
+// the XOR of its bytes' products), built once per segment length: the GPU
+// packer combines thousands of segment CRCs of one length per call.
+func shiftTables(segLen uint64) *[4][256]uint32 {
+	if t, ok := shiftCache.Load(segLen); ok {
+		return t.(*[4][256]uint32)
+	}
+	sh := crcShift(segLen)
+	t := new([4][256]uint32)
+	for k := range t {
+		for b := range t[k] {
+			t[k][b] = crcMulMod(sh, uint32(b)<<(8*k))
+		}
+	}
+	shiftCache.Store(segLen, t)
+	return t
+}
+
+var shiftCache sync.Map // segment length -> *[4][256]uint32
 
 // Smallest symbols returned by SmallestChoice: 0..5 = table slot, then
 // SymLevel3 (coded by a level-3 code in the Base window) and SymEscape.

@@ -6,6 +6,7 @@ package gpu
 import "C"
 
 import (
+	"encoding/binary"
 	"unsafe"
 
 	"github.com/glyd/glyd/core/codec"
@@ -241,12 +242,6 @@ func packOffsetsSmall(groups []codec.Group, g packGeom, cnt []uint32, off []uint
 	return sizes, esc
 }
 
-func putU64(b []byte, v uint64) {
-	for i := 0; i < 8; i++ {
-		b[i] = byte(v >> (8 * i))
-	}
-}
-
 // packOffsets fills the escape counts and plane offsets of the groups
 // (Pack's layout) from the escape count of every tile, writes the first
 // escape entry of every tile to off, and returns the plane sizes and the
@@ -391,8 +386,8 @@ func chunksFromOffsets(g packGeom, off []uint64, chunks []byte) {
 		for t := uint64(0); t < g.T; t++ {
 			j := j0 + 3*t
 			c := codec.ChunkEntryBytes * (i*g.T + t)
-			putU64(chunks[c:], off[j]-off[j0])
-			putU64(chunks[c+8:], off[j+1]-off[j0+1])
+			binary.LittleEndian.PutUint64(chunks[c:], off[j]-off[j0])
+			binary.LittleEndian.PutUint64(chunks[c+8:], off[j+1]-off[j0+1])
 		}
 	}
 }
