@@ -503,11 +503,7 @@ def _ffn(module, spec: _Spec, xs: torch.Tensor, counts, ids_sorted: Optional[tor
     wi = expert_weights(module, spec.w_in, spec.transposed)
     wd = expert_weights(module, "down_proj", spec.transposed)
     dense = _decode_all(module, spec, counts, xs)
-    proj = xs.new_empty(rows, wi.out_features)
-    if dense is not None:
-        proj = dense(wi, xs)
-    else:
-        _grouped_apply(wi, xs, counts, proj)
+    proj = _project(wi, xs, counts, dense)
     if spec.bias_in is not None:
         proj += getattr(module, spec.bias_in)[ids_sorted]
     h = _gate(module, spec, proj)
@@ -515,14 +511,18 @@ def _ffn(module, spec: _Spec, xs: torch.Tensor, counts, ids_sorted: Optional[tor
         h = h.to(xs.dtype)
     if not h.is_contiguous():
         h = h.contiguous()
-    d = xs.new_empty(rows, wd.out_features)
-    if dense is not None:
-        d = dense(wd, h)
-    else:
-        _grouped_apply(wd, h, counts, d)
+    d = _project(wd, h, counts, dense)
     if spec.bias_out is not None:
         d += getattr(module, spec.bias_out)[ids_sorted]
     return d
+
+
+def _project(ew: ExpertWeights, x: torch.Tensor, counts, dense) -> torch.Tensor:
+    """x's rows (sorted by expert, counts per expert) times their experts' weights:
+    through `dense` (every expert decoded, _decode_all) when given, else grouped."""
+    if dense is not None:
+        return dense(ew, x)
+    return _grouped_apply(ew, x, counts, x.new_empty(x.shape[0], ew.out_features))
 
 
 #: Default path with many routed experts (prompts): when at least this many
