@@ -52,6 +52,36 @@ func (m *fakeMemory) tensor(pk *codec.Tensor, shape []int64) *DeviceTensor {
 	return d
 }
 
+// weight places a random fixed12 weight [n, k] of exponents near 120, one
+// weight in about `every` an escape, with its escape index when it has
+// escapes; it returns the tensor and its bf16 bits.
+func (m *fakeMemory) weight(t *testing.T, rnd func() uint32, n, k int64, every uint32) (*DeviceTensor, []uint16) {
+	w := make([]uint16, n*k)
+	for j := range w {
+		w[j] = uint16(rnd()&0x807f) | uint16(118+rnd()%6)<<7
+		if rnd()%every == 0 {
+			w[j] = uint16(rnd()&0x807f) | uint16(60+rnd()%100)<<7 // escapes
+		}
+	}
+	pk, err := codec.Pack(w, codec.BF16, []int64{n, k}, codec.Options{Layout: codec.Fixed12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.tensor(pk, []int64{n, k})
+	if pk.Groups[0].Escapes > 0 {
+		eb, err := EscapeIndexBytes(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx := m.alloc(int(eb))
+		if err := BuildEscapeIndex(0, 0, d, uintptr(unsafe.Pointer(&idx[0]))); err != nil {
+			t.Fatal(err)
+		}
+		d.EscRows = uintptr(unsafe.Pointer(&idx[0]))
+	}
+	return d, w
+}
+
 // TestPackEmulated runs PackBound and Pack (the real host code and driver
 // layer) against kernels/emu's fake libcuda.so.1, which runs kernels/pack.cu
 // on the CPU with host memory as "device" memory. Run it with
@@ -340,30 +370,10 @@ func TestLinearReduceSegmentsEmulated(t *testing.T) {
 	var ws []*DeviceTensor
 	var biases []uintptr
 	for i, n := range []int64{5, 3, 7} {
-		w := make([]uint16, n*k)
-		for j := range w {
-			w[j] = uint16(rnd()&0x807f) | uint16(118+rnd()%6)<<7
-			if rnd()%7 == 0 {
-				w[j] = uint16(rnd()&0x807f) | uint16(60+rnd()%100)<<7 // escapes
-			}
-		}
-		pk, err := codec.Pack(w, codec.BF16, []int64{n, k}, codec.Options{Layout: codec.Fixed12})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if pk.Groups[0].Escapes == 0 {
+		d, _ := mem.weight(t, rnd, n, k, 7)
+		if d.Groups[0].Escapes == 0 {
 			t.Fatalf("weight %d has no escapes", i)
 		}
-		d := mem.tensor(pk, []int64{n, k})
-		eb, err := EscapeIndexBytes(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		idx := aligned(int(eb))
-		if err := BuildEscapeIndex(0, 0, d, ptr(idx)); err != nil {
-			t.Fatal(err)
-		}
-		d.EscRows = ptr(idx)
 		ws = append(ws, d)
 		bias := uintptr(0)
 		if i != 1 {
@@ -422,26 +432,7 @@ func TestLinearManyGenericEmulated(t *testing.T) {
 	var wv [][]uint16
 	var bv [][]float32
 	for i, n := range []int64{9, 4, 6} {
-		w := make([]uint16, n*k)
-		for j := range w {
-			w[j] = uint16(rnd()&0x807f) | uint16(118+rnd()%6)<<7
-			if rnd()%9 == 0 {
-				w[j] = uint16(rnd()&0x807f) | uint16(60+rnd()%100)<<7 // escapes
-			}
-		}
-		pk, err := codec.Pack(w, codec.BF16, []int64{n, k}, codec.Options{Layout: codec.Fixed12})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := mem.tensor(pk, []int64{n, k})
-		if pk.Groups[0].Escapes > 0 {
-			eb, _ := EscapeIndexBytes(d)
-			idx := mem.alloc(int(eb))
-			if err := BuildEscapeIndex(0, 0, d, ptr(idx)); err != nil {
-				t.Fatal(err)
-			}
-			d.EscRows = ptr(idx)
-		}
+		d, w := mem.weight(t, rnd, n, k, 9)
 		bias, b := uintptr(0), make([]float32, n)
 		if i != 1 {
 			bb := mem.alloc(int(2 * n))
