@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from . import modules as _m
+from .gpu_linear import _version  # the siblings' tie of an output to its input
 
 __all__ = ["attach", "set_overlap", "overlapped_blocks"]
 
@@ -101,10 +102,6 @@ class _SharedOutput(nn.Module):
         _LOG.debug("glyd: the shared expert %r is called with another input than its block's; "
                    "it runs in line from now on", st.name)
         return st.real(x, *args, **kwargs)
-
-
-def _version(x: torch.Tensor) -> int:
-    return -1 if x.is_inference() else x._version
 
 
 def _side(device: torch.device) -> torch.cuda.Stream:
