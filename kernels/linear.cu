@@ -410,24 +410,33 @@ __device__ __forceinline__ glyd_kparams segment_params(const glyd_kparams &p, in
 	return q;
 }
 
+// The segment of item *i of a dense launch whose items are seg[0]'s, then
+// seg[1]'s, ... (units(N) of them for a segment of N rows): its parameters,
+// with *i set to the item's index within the segment. One walk for the weight
+// tiles (segment_tile) and the split-K reduce's outputs (lin_reduce<true>).
+template <typename Units>
+__device__ __forceinline__ glyd_kparams segment_of(const glyd_kparams &p, int64_t *i, Units units) {
+	int64_t t = *i, pre = 0;
+	int sel = 0;
+#pragma unroll
+	for (int s = 0; s + 1 < GLYD_MAX_SEGMENTS; s++) {
+		const int64_t items = units(p.seg[s].N);
+		if (sel == s && s + 1 < (int)p.nseg && t >= items) {
+			t -= items;
+			pre += p.seg[s].N;
+			sel = s + 1;
+		}
+	}
+	*i = t;
+	return segment_params(p, sel, pre);
+}
+
 // The segment of a dense launch's weight tile `*tile` (blockIdx.y counts the
 // ROWS-row tiles of seg[0], then those of seg[1], ...): its parameters, with
 // *tile set to the tile's index within the segment.
 template <int ROWS>
 __device__ __forceinline__ glyd_kparams segment_tile(const glyd_kparams &p, int64_t *tile) {
-	int64_t t = *tile, pre = 0;
-	int sel = 0;
-#pragma unroll
-	for (int s = 0; s + 1 < GLYD_MAX_SEGMENTS; s++) {
-		const int64_t tiles = (p.seg[s].N + ROWS - 1) / ROWS;
-		if (sel == s && s + 1 < (int)p.nseg && t >= tiles) {
-			t -= tiles;
-			pre += p.seg[s].N;
-			sel = s + 1;
-		}
-	}
-	*tile = t;
-	return segment_params(p, sel, pre);
+	return segment_of(p, tile, [](int64_t n) { return (n + ROWS - 1) / ROWS; });
 }
 
 // Split-K: y[m][n] = finish(sum over splits z in order of ws[z][m][n]).
@@ -443,20 +452,7 @@ __device__ __forceinline__ void lin_reduce(const glyd_kparams &p) {
 	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= p.rows * p.N) return;
 	glyd_kparams q = p;
-	if (MANY) {
-		int64_t pre = 0;
-		int sel = 0;
-#pragma unroll
-		for (int s = 0; s + 1 < GLYD_MAX_SEGMENTS; s++) {
-			const int64_t outs = p.rows * p.seg[s].N;
-			if (sel == s && s + 1 < (int)p.nseg && i >= outs) {
-				i -= outs;
-				pre += p.seg[s].N;
-				sel = s + 1;
-			}
-		}
-		q = segment_params(p, sel, pre);
-	}
+	if (MANY) q = segment_of(p, &i, [&p](int64_t n) { return p.rows * n; });
 	const int64_t total = q.rows * q.N;
 	const int64_t m = i / q.N, n = i % q.N;
 	const float *ws = (const float *)q.ws;

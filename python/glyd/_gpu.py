@@ -280,6 +280,36 @@ def tile_rows(k: int) -> int:
     return max(r, TILE_ROW_MULTIPLE)
 
 
+def _check_input(x, k: int, device: torch.device) -> None:
+    """The fused linears' input check: x must be bf16 [..., k] on device."""
+    if not torch.is_tensor(x) or x.dtype != torch.bfloat16 or x.device != device or x.shape[-1] != k:
+        raise InvalidArgumentError(1, f"x must be bfloat16 [..., {k}] on {device}, got "
+                                      f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))} "
+                                      f"on {getattr(x, 'device', None)}")
+
+
+def _input_rows(x: torch.Tensor, k: int) -> torch.Tensor:
+    """x as the fused kernels read it: [rows, k], contiguous and 16-byte aligned."""
+    x2 = x.reshape(-1, k)
+    if not x2.is_contiguous() or x2.data_ptr() % 16:
+        x2 = x2.clone(memory_format=torch.contiguous_format)  # a fresh block: contiguous and aligned
+    return x2
+
+
+def _cached_bound(bounds: dict, rows: int, query) -> int:
+    """bounds[(rows, force generation)], from query(rows, byref(c_size_t)) (a
+    glyd_gpu_*workspace_bound call) on a miss. The bound depends on the kernel,
+    so force_kernel starts a new generation (a stale bound once failed
+    test_linear_every_config)."""
+    key = (rows, _FORCE_GEN[0])
+    b = bounds.get(key)
+    if b is None:
+        n = c_size_t()
+        _lib.check(query(rows, ctypes.byref(n)))
+        b = bounds[key] = n.value
+    return b
+
+
 class DeviceTensor:
     """A packed tensor placed on a CUDA device: its planes as uint8 CUDA tensors
     plus the codec metadata. Made from a glyd.PackedTensor (planes copied once),
@@ -451,9 +481,7 @@ class DeviceTensor:
         n, k = self.shape if len(self.shape) == 2 else (0, 0)
         if not checked:
             self._check_linear(x, bias, out, workspace)
-        x2 = x.reshape(-1, k)
-        if not x2.is_contiguous() or x2.data_ptr() % 16:
-            x2 = x2.clone(memory_format=torch.contiguous_format)  # a fresh block: contiguous and aligned
+        x2 = _input_rows(x, k)
         rows = x2.shape[0]
         if out is None:
             out = torch.empty((*x.shape[:-1], n), dtype=torch.bfloat16, device=self.device)
@@ -481,10 +509,7 @@ class DeviceTensor:
         if len(self.shape) != 2:
             raise InvalidArgumentError(1, f"linear needs a 2-D weight, this one is {self.shape}")
         n, k = self.shape
-        if not torch.is_tensor(x) or x.dtype != torch.bfloat16 or x.device != self.device or x.shape[-1] != k:
-            raise InvalidArgumentError(1, f"x must be bfloat16 [..., {k}] on {self.device}, got "
-                                          f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))} "
-                                          f"on {getattr(x, 'device', None)}")
+        _check_input(x, k, self.device)
         if out is not None and (out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous()):
             raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {self.device}, got "
                                           f"{out.dtype} {tuple(out.shape)} on {out.device}")
@@ -497,13 +522,8 @@ class DeviceTensor:
 
     def workspace_bound(self, rows: int) -> int:
         """Bytes of workspace linear() needs for `rows` rows (0: none); cached per row count."""
-        key = (rows, _FORCE_GEN[0])
-        b = self._bounds.get(key)
-        if b is None:
-            n = c_size_t()
-            _lib.check(_gpu().glyd_gpu_linear_workspace_bound(ctypes.byref(self._c), rows, ctypes.byref(n)))
-            b = self._bounds[key] = n.value
-        return b
+        return _cached_bound(self._bounds, rows,
+                             lambda r, n: _gpu().glyd_gpu_linear_workspace_bound(ctypes.byref(self._c), r, n))
 
     def linear_kernel(self, rows: int) -> str:
         """Name of what linear() runs for `rows` rows: PROMPT_KERNEL for the prompt path, else the fused kernel."""
@@ -542,14 +562,8 @@ class MultiLinear:
         self._bounds = {}
 
     def workspace_bound(self, rows: int) -> int:
-        key = (rows, _FORCE_GEN[0])
-        b = self._bounds.get(key)
-        if b is None:
-            n = c_size_t()
-            _lib.check(_gpu().glyd_gpu_linear_many_workspace_bound(self._arr, len(self.weights), rows,
-                                                                   ctypes.byref(n)))
-            b = self._bounds[key] = n.value
-        return b
+        return _cached_bound(self._bounds, rows, lambda r, n: _gpu().glyd_gpu_linear_many_workspace_bound(
+            self._arr, len(self.weights), r, n))
 
     def linear(self, x: torch.Tensor, biases=None) -> list:
         """[x @ W_i.T (+ biases[i]) for every weight]: bf16 [..., N_i] each,
@@ -559,9 +573,7 @@ class MultiLinear:
         is chosen for the weights together. From prompt_rows() rows on every
         weight takes DeviceTensor.linear (the prompt path) instead."""
         k = self.k
-        if not torch.is_tensor(x) or x.dtype != torch.bfloat16 or x.device != self.device or x.shape[-1] != k:
-            raise InvalidArgumentError(1, f"x must be bfloat16 [..., {k}] on {self.device}, got "
-                                          f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+        _check_input(x, k, self.device)
         if biases is None:
             biases = [None] * len(self.weights)
         if len(biases) != len(self.weights):
@@ -571,9 +583,7 @@ class MultiLinear:
                                   or b.device != self.device):
                 raise InvalidArgumentError(2, f"bias {i} must be a contiguous bfloat16 tensor of {n} elements on "
                                               f"{self.device}")
-        x2 = x.reshape(-1, k)
-        if not x2.is_contiguous() or x2.data_ptr() % 16:
-            x2 = x2.clone(memory_format=torch.contiguous_format)
+        x2 = _input_rows(x, k)
         rows = x2.shape[0]
         lead = tuple(x.shape[:-1])
         if rows and self.weights[0].prompt_path(rows):

@@ -274,7 +274,8 @@ class _Siblings:
             self._multi = (states, _gpu.MultiLinear([st.dt for st in states]))
         biases = []
         for m, h in zip(self.members, holders):
-            _check(h, x, m.bias)
+            if m is not module:  # module's own arguments were checked above
+                _check(h, x, m.bias)
             biases.append(m.bias.contiguous() if m.bias is not None else None)
         outs = self._multi[1].linear(x, biases)
         mine = None
