@@ -532,6 +532,47 @@ extern "C" __global__ void __launch_bounds__(1024) glyd_moe_route(const glyd_kpa
 	}
 }
 
+// 8 bf16 features at src (n of them, n < 8 only at the end of a row): one
+// 16-byte load when vec (the host aligns the tensors), else the n, zero-filled.
+__device__ __forceinline__ void load8(const uint16_t *src, int n, bool vec, uint16_t (&v)[8]) {
+	if (vec) *(uint4 *)v = *(const uint4 *)src;
+	else
+		for (int j = 0; j < 8; j++) v[j] = j < n ? src[j] : 0;
+}
+// The first n of 8 features to dst, as load8.
+__device__ __forceinline__ void store8(uint16_t *dst, const uint16_t (&o)[8], int n, bool vec) {
+	if (vec) *(uint4 *)dst = *(const uint4 *)o;
+	else
+		for (int j = 0; j < n; j++) dst[j] = o[j];
+}
+
+// out[r][j] = bf16(bf16(silu(g)) * u), g = x[r][j], u = x[r][I + j] for x
+// [rows, 2I] (gate then up, as torch's chunk(2)), silu(v) = v / (1 + exp(-v))
+// in fp32: the bits of torch's `silu(gate) * up` in bf16 (each op rounds), in
+// one pass over contiguous memory instead of two over strided halves.
+extern "C" __global__ void __launch_bounds__(256) glyd_moe_silu_mul(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
+	const int64_t I = p.N;
+	const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+	if (j0 >= I) return;
+	const int n = I - j0 < 8 ? (int)(I - j0) : 8;
+	const bool vec = n == 8 && (I & 7) == 0; // host: x and y 16-byte aligned
+	for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+		const uint16_t *g = (const uint16_t *)p.x + r * 2 * I + j0, *u = g + I;
+		uint16_t gv[8], uv[8], o[8];
+		load8(g, n, vec, gv);
+		load8(u, n, vec, uv);
+#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const float a = bf16_to_f32(gv[j]);
+			const float s = bf16_to_f32(__bfloat16_as_ushort(__float2bfloat16_rn(__fdiv_rn(a, __fadd_rn(1.f, expf(-a))))));
+			o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(s, bf16_to_f32(uv[j]))));
+		}
+		store8((uint16_t *)p.y + r * I + j0, o, n, vec);
+	}
+}
+
 extern "C" __global__ void __launch_bounds__(256) glyd_moe_combine(const glyd_kparams p) {
 	griddep_launch();
 	griddep_wait();
@@ -555,56 +596,14 @@ extern "C" __global__ void __launch_bounds__(256) glyd_moe_combine(const glyd_kp
 		else continue;
 		const float w = rw[pair];
 		uint16_t v[8];
-		if (vec) *(uint4 *)v = *(const uint4 *)src;
-		else
-			for (int j = 0; j < 8; j++) v[j] = j < n ? src[j] : 0;
+		load8(src, n, vec, v);
 #pragma unroll
 		for (int j = 0; j < 8; j++) acc[j] = __fadd_rn(acc[j], __fmul_rn(bf16_to_f32(v[j]), w));
 	}
 	uint16_t o[8];
 #pragma unroll
 	for (int j = 0; j < 8; j++) o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(acc[j]));
-	uint16_t *out = (uint16_t *)p.y + t * H + h0;
-	if (vec) *(uint4 *)out = *(const uint4 *)o;
-	else
-		for (int j = 0; j < n; j++) out[j] = o[j];
-}
-
-// out[r][j] = bf16(bf16(silu(g)) * u), g = x[r][j], u = x[r][I + j] for x
-// [rows, 2I] (gate then up, as torch's chunk(2)), silu(v) = v / (1 + exp(-v))
-// in fp32: the bits of torch's `silu(gate) * up` in bf16 (each op rounds), in
-// one pass over contiguous memory instead of two over strided halves.
-extern "C" __global__ void __launch_bounds__(256) glyd_moe_silu_mul(const glyd_kparams p) {
-	griddep_launch();
-	griddep_wait();
-	const int64_t I = p.N;
-	const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
-	if (j0 >= I) return;
-	const int n = I - j0 < 8 ? (int)(I - j0) : 8;
-	const bool vec = n == 8 && (I & 7) == 0; // host: x and y 16-byte aligned
-	for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
-		const uint16_t *g = (const uint16_t *)p.x + r * 2 * I + j0, *u = g + I;
-		uint16_t gv[8], uv[8], o[8];
-		if (vec) {
-			*(uint4 *)gv = *(const uint4 *)g;
-			*(uint4 *)uv = *(const uint4 *)u;
-		} else {
-			for (int j = 0; j < 8; j++) {
-				gv[j] = j < n ? g[j] : 0;
-				uv[j] = j < n ? u[j] : 0;
-			}
-		}
-#pragma unroll
-		for (int j = 0; j < 8; j++) {
-			const float a = bf16_to_f32(gv[j]);
-			const float s = bf16_to_f32(__bfloat16_as_ushort(__float2bfloat16_rn(__fdiv_rn(a, __fadd_rn(1.f, expf(-a))))));
-			o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(s, bf16_to_f32(uv[j]))));
-		}
-		uint16_t *y = (uint16_t *)p.y + r * I + j0;
-		if (vec) *(uint4 *)y = *(const uint4 *)o;
-		else
-			for (int j = 0; j < n; j++) y[j] = o[j];
-	}
+	store8((uint16_t *)p.y + t * H + h0, o, n, vec);
 }
 
 // Llama 4's experts input: x [rows, K] holds each token once per expert,

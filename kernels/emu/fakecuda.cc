@@ -139,7 +139,7 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float expf(float v) { return std::exp(v); }
 inline int __any_sync(unsigned, int pred) { return __ballot_sync(0xffffffffu, pred) != 0; }
-#include "moe_tail.inc" // glyd_moe_silu_mul, glyd_moe_row_experts (moe.cu)
+#include "moe_tail.inc" // glyd_moe_silu_mul, glyd_moe_combine, glyd_moe_row_experts (moe.cu)
 } // namespace emu_decode
 
 typedef void (*kfn)(const glyd_kparams);

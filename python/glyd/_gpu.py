@@ -740,13 +740,8 @@ class DeviceExperts:
 
     def workspace_bound(self, rows: int) -> int:
         """Bytes of workspace linear() needs for `rows` rows (0 for the linear layout)."""
-        b = self._bounds.get(rows)
-        if b is None:
-            n = c_size_t()
-            _lib.check(_gpu().glyd_gpu_experts_workspace_bound(ctypes.byref(self.dt._c), rows, int(self.transposed),
-                                                               ctypes.byref(n)))
-            b = self._bounds[rows] = n.value
-        return b
+        return _cached_bound(self._bounds, rows, lambda r, n: _gpu().glyd_gpu_experts_workspace_bound(
+            ctypes.byref(self.dt._c), r, int(self.transposed), n))
 
     def linear(self, x: torch.Tensor, offsets: torch.Tensor, bias: torch.Tensor | None = None,
                out: torch.Tensor | None = None) -> torch.Tensor:
