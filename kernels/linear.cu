@@ -88,20 +88,27 @@ __device__ __forceinline__ void code_bytes(const uint32_t cw, const uint32_t B4,
 	}
 }
 
+// 8 weights (sm bytes s0 = elements 0..3, s1 = 4..7, one code word) -> 4
+// bf16x2 words W[0..3] in the pair order (0,4) (2,6) (1,5) (3,7): the order in
+// which each pair's two exponents sit 16 bits apart in ca or cb, so one shift
+// places both.
+template <bool SAFE>
+__device__ __forceinline__ void decode8(const uint32_t s0, const uint32_t s1, const uint32_t cw, const uint32_t B4,
+                                        uint32_t *W) {
+	uint32_t ca, cb;
+	code_bytes<SAFE>(cw, B4, ca, cb);
+	W[0] = lop3_sel(prmt_sr(s0, s1, 0xC480), ca << 7); // (0,4)
+	W[1] = lop3_sel(prmt_sr(s0, s1, 0xE6A2), ca >> 1); // (2,6)
+	W[2] = lop3_sel(prmt_sr(s0, s1, 0xD591), cb << 7); // (1,5)
+	W[3] = lop3_sel(prmt_sr(s0, s1, 0xF7B3), cb >> 1); // (3,7)
+}
+
 // 16 weights of one row (16 sm bytes, 8 code bytes) -> 8 bf16x2 words in the
 // pair order (0,4) (2,6) (1,5) (3,7) (8,12) (10,14) (9,13) (11,15).
 template <bool SAFE>
 __device__ __forceinline__ void decode16(const uint4 s, const uint2 c, const uint32_t B4, uint32_t (&W)[8]) {
-#pragma unroll
-	for (int h = 0; h < 2; h++) {
-		const uint32_t s0 = h ? s.z : s.x, s1 = h ? s.w : s.y;
-		uint32_t ca, cb;
-		code_bytes<SAFE>(h ? c.y : c.x, B4, ca, cb);
-		W[4 * h + 0] = lop3_sel(prmt_sr(s0, s1, 0xC480), ca << 7); // (0,4)
-		W[4 * h + 1] = lop3_sel(prmt_sr(s0, s1, 0xE6A2), ca >> 1); // (2,6)
-		W[4 * h + 2] = lop3_sel(prmt_sr(s0, s1, 0xD591), cb << 7); // (1,5)
-		W[4 * h + 3] = lop3_sel(prmt_sr(s0, s1, 0xF7B3), cb >> 1); // (3,7)
-	}
+	decode8<SAFE>(s.x, s.y, c.x, B4, W);
+	decode8<SAFE>(s.z, s.w, c.y, B4, W + 4);
 }
 
 // The escape correction of one output: v + x*(w_true - w_decoded) for the

@@ -210,21 +210,19 @@ GLYD_LINGW(128, 1, 4, 2, 2, (192))
 // Llama 4, gpt-oss and Aria keep them), element (r, c) at r*Co + c of its
 // group. In the table's escape index the rows are the Ri input rows.
 
-// Safe decode of 8 consecutive weights: code 15 (escape) gets exponent 0,
-// i.e. the weight becomes its sign and mantissa bits as a subnormal; the
+// 8 consecutive weights as fp32, w[j] = element j (decode8's pairs unpacked).
+// SAFE: code 15 (escape) gets exponent 0, i.e. the weight becomes its sign and
+// mantissa bits as a subnormal; else base + 15 (the table's ebase). The
 // caller adds x * (true - that) from the escape records.
-__device__ __forceinline__ void decode8_safe_f32(const uint2 s, const uint32_t cw, const uint32_t B4,
-                                                 float (&w)[8]) {
-	uint32_t ca, cb;
-	code_bytes<true>(cw, B4, ca, cb);
-	const uint32_t v[4] = {lop3_sel(prmt_sr(s.x, s.y, 0x9180), __byte_perm(ca, cb, 0x0400) << 7),
-	                       lop3_sel(prmt_sr(s.x, s.y, 0xB3A2), __byte_perm(ca, cb, 0x0501) << 7),
-	                       lop3_sel(prmt_sr(s.x, s.y, 0xD5C4), __byte_perm(ca, cb, 0x0602) << 7),
-	                       lop3_sel(prmt_sr(s.x, s.y, 0xF7E6), __byte_perm(ca, cb, 0x0703) << 7)};
+template <bool SAFE>
+__device__ __forceinline__ void decode8_f32(const uint2 s, const uint32_t cw, const uint32_t B4, float (&w)[8]) {
+	uint32_t v[4];
+	decode8<SAFE>(s.x, s.y, cw, B4, v);
+	constexpr int lo[4] = {0, 2, 1, 3}; // pair i = elements (lo[i], lo[i] + 4)
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
-		w[2 * i] = __uint_as_float(v[i] << 16);
-		w[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+		w[lo[i]] = __uint_as_float(v[i] << 16);
+		w[lo[i] + 4] = __uint_as_float(v[i] & 0xffff0000u);
 	}
 }
 
@@ -285,7 +283,7 @@ __device__ __forceinline__ void tescapes(const glyd_expert &ex, const uint16_t *
 					const bool hit = lane == col >> 3 && j == (col & 7);
 #pragma unroll
 					for (int t = 0; t < NT; t++) {
-						const float v = add_escape(acc[t][j], xs[t], bits, 0u);
+						const float v = add_escape(acc[t][j], xs[t], bits, ex.ebase);
 						acc[t][j] = hit ? v : acc[t][j];
 					}
 				}
@@ -296,8 +294,8 @@ __device__ __forceinline__ void tescapes(const glyd_expert &ex, const uint16_t *
 
 // This warp's input rows, UR at a time: one batch of the planes and of x.
 // Lane l < UR*NT fetches x of row u = l % UR, token t = l / UR; the lanes
-// read it by shuffle. Rows past r_hi or columns past Co decode to +0 (all
-// codes 15 under the safe decode, sign and mantissa 0) times x = 0.
+// read it by shuffle. Rows past r_hi or columns past Co decode to a finite
+// weight (sign and mantissa 0, code 15) times x = 0, or are never stored.
 template <int NT>
 struct TBatch {
 	uint2 s[UR];
@@ -308,8 +306,8 @@ struct TBatch {
 // One pass over this warp's input rows [r_lo + warp, r_hi) step 8 for tokens
 // t0 .. t0+NT-1 (rows of x; those >= m1 read as 0), columns c .. c+7: the
 // escape corrections first (tescapes, behind the first batch's loads), then
-// the decoded weights times x, the next batch in flight.
-template <int NT, int A>
+// the decoded weights times x, the next batch in flight. SAFE as decode8_f32.
+template <int NT, int A, bool SAFE>
 __device__ __forceinline__ void tpass(const glyd_expert &ex, const uint16_t *x, int64_t Ri, int64_t Co, int64_t c,
                                       bool cok, int64_t r_lo, int64_t r_hi, int64_t t0, int64_t m1,
                                       float (&acc)[A][8]) {
@@ -318,8 +316,9 @@ __device__ __forceinline__ void tpass(const glyd_expert &ex, const uint16_t *x, 
 	const uint8_t *sm = (const uint8_t *)ex.sm;
 	const uint8_t *code = (const uint8_t *)ex.code;
 	const uint32_t B4 = ex.base * 0x01010101u;
+	const int64_t rb0 = r_lo + warp;
 	// the lane's planes at row rb (moved on by a batch's rows each load)
-	const uint8_t *smp = pin(sm + (r_lo + warp) * Co + c), *cdp = pin(code + ((r_lo + warp) * Co + c) / 2);
+	const uint8_t *smp = pin(sm + rb0 * Co + c), *cdp = pin(code + (rb0 * Co + c) / 2);
 	auto load = [&](TBatch<NT> &b, int64_t rb) {
 #pragma unroll
 		for (int u = 0; u < UR; u++) {
@@ -342,7 +341,7 @@ __device__ __forceinline__ void tpass(const glyd_expert &ex, const uint16_t *x, 
 #pragma unroll
 		for (int u = 0; u < UR; u++) {
 			float w[8], xv[NT];
-			decode8_safe_f32(b.s[u], b.cw[u], B4, w);
+			decode8_f32<SAFE>(b.s[u], b.cw[u], B4, w);
 #pragma unroll
 			for (int t = 0; t < NT; t++) xv[t] = bf16_to_f32(__shfl_sync(0xffffffffu, b.xb, t * UR + u));
 #pragma unroll
@@ -352,7 +351,6 @@ __device__ __forceinline__ void tpass(const glyd_expert &ex, const uint16_t *x, 
 		}
 	};
 	TBatch<NT> cur, nxt;
-	const int64_t rb0 = r_lo + warp;
 	load(cur, rb0);
 	if (ex.escrows) tescapes<NT, A>(ex, x, Ri, c - 8 * lane, r_lo, r_hi, t0, m1, acc);
 	for (int64_t rb = rb0; rb < r_hi; rb += 8 * UR) {
@@ -360,6 +358,16 @@ __device__ __forceinline__ void tpass(const glyd_expert &ex, const uint16_t *x, 
 		compute(cur);
 		cur = nxt;
 	}
+}
+
+// One pass of tpass, SAFE when the experts table gives escapes exponent 0
+// (core/gpu: all experts, when one has base + 15 >= 255).
+template <int NT, int A>
+__device__ __forceinline__ void tpass_any(const glyd_expert &ex, const uint16_t *x, int64_t Ri, int64_t Co,
+                                          int64_t c, bool cok, int64_t r_lo, int64_t r_hi, int64_t t0, int64_t m1,
+                                          float (&acc)[A][8]) {
+	if (ex.ebase == 0) tpass<NT, A, true>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
+	else tpass<NT, A, false>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
 }
 
 // Tokens per pass TT: 4, or 1 for the launches where an expert gets about
@@ -386,9 +394,9 @@ __device__ __forceinline__ void transposed_experts(const glyd_kparams &p) {
 #pragma unroll
 			for (int j = 0; j < 8; j++) acc[t][j] = 0.f;
 		if (TT == 1 || m1 - t0 == 1)
-			tpass<1, TT>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
+			tpass_any<1, TT>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
 		else
-			tpass<TT, TT>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
+			tpass_any<TT, TT>(ex, x, Ri, Co, c, cok, r_lo, r_hi, t0, m1, acc);
 		// the 8 warps' sums, added in warp order; warp 0 stores the split's partials
 		if (warp > 0) {
 #pragma unroll

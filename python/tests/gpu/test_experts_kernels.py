@@ -226,6 +226,24 @@ def test_linear_experts_transposed_tall():
     check(w, de, [2, 3], tail=1)
 
 
+def test_linear_experts_transposed_safe_variant():
+    # one expert with base >= 240: the transposed kernels decode escapes with exponent 0
+    # for every expert (else base + 15, corrected by the escape records alike)
+    g = torch.Generator().manual_seed(26)
+    e_ = torch.randint(241, 255, (64, 32), generator=g)
+    sm = torch.randint(0, 256, (64, 32), generator=g)
+    big = (((sm & 0x80) << 8) | (e_ << 7) | (sm & 0x7F)).to(torch.int32).to(torch.int16).view(torch.bfloat16)
+    big.view(-1)[::53] = 0.0
+    w = weights((3, 64, 32), seed=27) * 2.0**-110  # stored [in=64, out=32]
+    w[1] = big
+    p = glyd.pack(w.contiguous(), groups=3)
+    assert max(gr.base for gr in p.groups) >= 240
+    de = _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV), transposed=True)
+    check(w, de, [0, 1, 0], xscale=2.0**-120)     # the one-token kernel
+    check(w, de, [0, 6, 0], xscale=2.0**-120)     # the 4-token passes
+    check(w, de, [2, 0, 3])
+
+
 def test_linear_experts_transposed_errors():
     w, _, de = experts(2, 64, 32, seed=22, transposed=True)
     x = torch.randn(3, 64, device=DEV).to(torch.bfloat16)
