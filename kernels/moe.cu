@@ -55,9 +55,9 @@
  *     rw[t*topk+s] * v, v = d[rowof[pair]] (routed), x[t] (identity) or
  *     nothing (dropped); fp32, one rounded multiply and one rounded add per
  *     term (the same bits as the torch expression it replaces), then bf16.
- * glyd_moe_silu_mul grid (ceil(I / 2048), min(rows, 65535)), 8 features per
- *     thread: the SwiGLU between the grouped linears, silu(gate) * up of
- *     x [rows, 2I] into y [rows, I], bit for bit torch's bf16 expression.
+ * glyd_moe_silu_mul grid-stride over rows * ceil(I / 8) items of 8 features:
+ *     the SwiGLU between the grouped linears, silu(gate) * up of x [rows, 2I]
+ *     into y [rows, I], bit for bit torch's bf16 expression.
  * glyd_moe_row_experts grid ceil(rows / 8): Llama 4's routing ids from its
  *     expert-major input (the expert of each non-zero row, -1 for the rest).
  *
@@ -561,16 +561,17 @@ __device__ __forceinline__ void store8(uint16_t *dst, const uint16_t (&o)[8], in
 extern "C" __global__ void __launch_bounds__(256) glyd_moe_silu_mul(const glyd_kparams p) {
 	griddep_launch();
 	griddep_wait();
-	const int64_t I = p.N;
-	const int64_t j0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
-	if (j0 >= I) return;
-	const int n = I - j0 < 8 ? (int)(I - j0) : 8;
-	const bool vec = n == 8 && (I & 7) == 0; // host: x and y 16-byte aligned
-	for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
-		const uint16_t *g = (const uint16_t *)p.x + r * 2 * I + j0, *u = g + I;
+	// item g = features [8j, 8j + 8) of row r, g = r * J + j: every thread busy
+	// whatever I (one row per block left most threads idle at I = 768)
+	const int64_t I = p.N, J = (I + 7) / 8, items = p.rows * J;
+	const bool vec = (I & 7) == 0; // host: x and y 16-byte aligned
+	for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < items; g += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t r = g / J, j0 = (g - r * J) * 8;
+		const int n = I - j0 < 8 ? (int)(I - j0) : 8;
+		const uint16_t *gp = (const uint16_t *)p.x + r * 2 * I + j0, *up = gp + I;
 		uint16_t gv[8], uv[8], o[8];
-		load8(g, n, vec, gv);
-		load8(u, n, vec, uv);
+		load8(gp, n, vec, gv);
+		load8(up, n, vec, uv);
 #pragma unroll
 		for (int j = 0; j < 8; j++) {
 			const float a = bf16_to_f32(gv[j]);

@@ -287,7 +287,7 @@ func TestMoeActivationAndRoutingIdsEmulated(t *testing.T) {
 		return b[o : o+n]
 	}
 	special := []uint16{0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f7f, 0xff7f, 0x0001, 0x8001, 0x42b1, 0xc2b1}
-	for _, c := range []struct{ rows, inter int }{{3, 24}, {2, 13}, {1, 2056}} {
+	for _, c := range []struct{ rows, inter int }{{3, 24}, {2, 13}, {1, 2056}, {300, 13}} { // the last: rows across blocks
 		x := aligned(c.rows * 2 * c.inter)
 		for i := range x {
 			x[i] = bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 125)

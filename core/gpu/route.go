@@ -106,7 +106,8 @@ func MoeSiluMul(dev int, stream, x uintptr, rows, inter int64, out uintptr) erro
 	var p C.glyd_kparams
 	p.x, p.y = C.glyd_u64(x), C.glyd_u64(out)
 	p.rows, p.N = C.glyd_i64(rows), C.glyd_i64(inter)
-	return launchAs(dev, kMoeSiluMul, gridFor(uint64(inter), 2048, 1<<31-1), uint32(min(rows, 65535)), 1, 256, 0, stream, &p, d.programmatic())
+	items := uint64(rows) * uint64((inter+7)/8) // 8 features each; the kernel strides over any more
+	return launchAs(dev, kMoeSiluMul, gridFor(items, 256, 1<<31-1), 1, 1, 256, 0, stream, &p, d.programmatic())
 }
 
 // MoeRowExperts writes the routing ids of an expert-major input on the
