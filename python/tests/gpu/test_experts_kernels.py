@@ -123,18 +123,25 @@ def test_linear_experts_shapes_not_tile_multiples():
     check(w, de, counts)
 
 
-def test_linear_experts_safe_variant():
-    # one expert with base >= 240: every expert runs the _safe kernel (escapes decoded as 0)
-    g = torch.Generator().manual_seed(14)
-    e_ = torch.randint(241, 255, (32, 64), generator=g)
-    sm = torch.randint(0, 256, (32, 64), generator=g)
+def safe_experts(n, k, seed, transposed=False):
+    """Three experts of [n, k]: expert 1 with exponents 241-254 (base >= 240, so
+    the kernels take the safe decode for all: escapes with exponent 0), the
+    others random weights times 2^-110."""
+    g = torch.Generator().manual_seed(seed)
+    e_ = torch.randint(241, 255, (n, k), generator=g)
+    sm = torch.randint(0, 256, (n, k), generator=g)
     big = (((sm & 0x80) << 8) | (e_ << 7) | (sm & 0x7F)).to(torch.int32).to(torch.int16).view(torch.bfloat16)
     big.view(-1)[::53] = 0.0
-    w = weights((3, 32, 64), seed=15) * 2.0**-110
+    w = weights((3, n, k), seed=seed + 1) * 2.0**-110
     w[1] = big
     p = glyd.pack(w.contiguous(), groups=3)
     assert max(gr.base for gr in p.groups) >= 240
-    de = _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV))
+    return w, _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV), transposed=transposed)
+
+
+def test_linear_experts_safe_variant():
+    # one expert with base >= 240: every expert runs the _safe kernel (escapes decoded as 0)
+    w, de = safe_experts(32, 64, seed=14)
     check(w, de, [0, 5, 0], xscale=2.0**-120)
     check(w, de, [2, 0, 3])
     for counts in ([0, 40, 0], [0, 90, 0], [0, 150, 0]):  # the 16-, 32- and 64-row tiles (sm_90: 16, 64, 64)
@@ -229,16 +236,7 @@ def test_linear_experts_transposed_tall():
 def test_linear_experts_transposed_safe_variant():
     # one expert with base >= 240: the transposed kernels decode escapes with exponent 0
     # for every expert (else base + 15, corrected by the escape records alike)
-    g = torch.Generator().manual_seed(26)
-    e_ = torch.randint(241, 255, (64, 32), generator=g)
-    sm = torch.randint(0, 256, (64, 32), generator=g)
-    big = (((sm & 0x80) << 8) | (e_ << 7) | (sm & 0x7F)).to(torch.int32).to(torch.int16).view(torch.bfloat16)
-    big.view(-1)[::53] = 0.0
-    w = weights((3, 64, 32), seed=27) * 2.0**-110  # stored [in=64, out=32]
-    w[1] = big
-    p = glyd.pack(w.contiguous(), groups=3)
-    assert max(gr.base for gr in p.groups) >= 240
-    de = _gpu.DeviceExperts(_gpu.DeviceTensor(p, DEV), transposed=True)
+    w, de = safe_experts(64, 32, seed=26, transposed=True)  # stored [in=64, out=32]
     check(w, de, [0, 1, 0], xscale=2.0**-120)     # the one-token kernel
     check(w, de, [0, 6, 0], xscale=2.0**-120)     # the 4-token passes
     check(w, de, [2, 0, 3])
