@@ -177,6 +177,56 @@ func TestCRCCombineEqual(t *testing.T) {
 	}
 }
 
+// TestSmallestCounts checks the counts from the table slots and the base
+// window against counting every exponent's symbol, for groups using one to
+// six slots, with table exponents inside and outside the window.
+func TestSmallestCounts(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	few := 0
+	for it := 0; it < 2000; it++ {
+		var gh [256]uint64
+		var h [256]uint16
+		n := 0
+		distinct := 1 + r.IntN(30)
+		lo := r.IntN(256 - distinct)
+		for range 1 + r.IntN(ChunkElements) {
+			e := lo + r.IntN(distinct)
+			if r.IntN(20) == 0 {
+				e = r.IntN(256)
+			}
+			h[e]++
+			n++
+		}
+		for e, c := range h {
+			gh[e] = uint64(c)
+			if r.IntN(100) == 0 {
+				gh[e]++ // a group may hold exponents this chunk lacks
+			}
+		}
+		table, used, base := chooseSmallest(&gh, 255)
+		sym := smallestSyms(table, used, base)
+		var w2, w3, wesc int
+		for e, c := range h {
+			if sym[e] >= 3 {
+				w2 += int(c)
+			}
+			if sym[e] >= symL3 {
+				w3 += int(c)
+			}
+			if sym[e] == symEsc {
+				wesc += int(c)
+			}
+		}
+		few += max(6-used, 0)
+		if n2, n3, nesc := smallestCounts(&h, &sym, table, used, base, n); n2 != w2 || n3 != w3 || nesc != wesc {
+			t.Fatalf("table %v used %d base %d: counts %d %d %d, want %d %d %d", table, used, base, n2, n3, nesc, w2, w3, wesc)
+		}
+	}
+	if few == 0 {
+		t.Fatal("no group used fewer than six slots")
+	}
+}
+
 func TestSplitChunk(t *testing.T) {
 	var x chunkX
 	for i := 0; i < ChunkElements; i++ {

@@ -252,7 +252,9 @@ func (pk *packer) countUnit(_, u int) error {
 			}
 			pk.cntEsc[c] = n
 		} else {
-			pk.cnt2[c], pk.cnt3[c], pk.cntEsc[c] = smallestCounts(h, &sym)
+			x, _, _ := pk.chunkSrc(c)
+			grp := &pk.t.Groups[us.g]
+			pk.cnt2[c], pk.cnt3[c], pk.cntEsc[c] = smallestCounts(h, &sym, grp.Table, int(pk.used[us.g]), grp.Base, len(x))
 		}
 	}
 	return nil

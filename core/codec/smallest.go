@@ -140,19 +140,22 @@ var l3Table = func() (t [16]struct {
 	return t
 }()
 
-// smallestCounts returns how many elements of a chunk with histogram h take
-// a level-2 code, a level-3 code, and an escape.
-func smallestCounts(h *[256]uint16, sym *[256]uint8) (n2, n3, nesc int) {
-	for e, c := range h {
-		s := sym[e]
-		if s >= 3 {
-			n2 += int(c)
+// smallestCounts returns how many of the n elements of a chunk with
+// histogram h take a level-2 code, a level-3 code, and an escape, for a
+// group with symbols sym whose first used table slots are taken. It reads
+// the 21 entries of the table slots and the base window, not all 256.
+func smallestCounts(h *[256]uint16, sym *[256]uint8, table [6]uint8, used int, base uint8, n int) (n2, n3, nesc int) {
+	n2, n3 = n, n
+	for r, e := range table[:used] {
+		if r < 3 {
+			n2 -= int(h[e])
 		}
-		if s >= symL3 {
-			n3 += int(c)
-		}
-		if s == symEsc {
-			nesc += int(c)
+		n3 -= int(h[e])
+	}
+	nesc = n3
+	for e := int(base); e <= int(base)+14; e++ {
+		if sym[e] == symL3 {
+			nesc -= int(h[e])
 		}
 	}
 	return
