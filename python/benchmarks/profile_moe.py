@@ -1,12 +1,17 @@
 """Where the time of one MoE block goes: `python python/benchmarks/profile_moe.py
-[BLOCK] [TOKENS]` (a name of glyd.gpu.bench_moe.BLOCKS, default qwen3-30b-a3b, 1
-token) prints the GPU kernels of one forward (torch.profiler: name, launches, total
-µs) for bf16 under batched_mm and for Glyd, then the CUDA-graph time of each. The
-difference between the graph time and the sum of kernel times is what the graph's
-kernel launches cost beyond the kernels."""
+[BLOCK] [TOKENS] [timeline]` (a name of glyd.gpu.bench_moe.BLOCKS, default
+qwen3-30b-a3b, 1 token) prints the GPU kernels of one forward (torch.profiler: name,
+launches, total µs) for bf16 under batched_mm and for Glyd, then the CUDA-graph time of
+each. The difference between the graph time and the sum of kernel times is what the
+graph's kernel launches cost beyond the kernels. `timeline` adds, for Glyd, every kernel
+of the forward in start order with its stream, start and end (µs from the first kernel;
+from the profiler's Chrome trace): where a side stream's kernels overlap the block's."""
 
 import copy
+import json
+import os
 import sys
+import tempfile
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -16,6 +21,7 @@ from glyd.transformers import gpu_experts
 
 name = sys.argv[1] if len(sys.argv) > 1 else "qwen3-30b-a3b"
 tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+timeline = len(sys.argv) > 3 and sys.argv[3] == "timeline"
 ref = bench_moe.make_block(name)
 glyd_block = gpu_experts.pack_module(copy.deepcopy(ref))
 x = torch.randn(1, tokens, bench_moe.BLOCKS[name][1], device="cuda", dtype=torch.bfloat16)
@@ -44,7 +50,30 @@ def kernels(label, block):
     print(f"\n## {label}: {n} GPU kernels/copies, {total:.1f} µs of kernel time; CUDA graph {ms * 1000:.1f} µs")
     for k, (c, us) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
         print(f"{us:8.1f} µs  {c:3d}x  {k}")
+    return prof
+
+
+def print_timeline(prof):
+    """The forward's GPU kernels and copies in start order: stream, start, end, duration."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+                 key=lambda e: e["ts"])
+    if not gpu:
+        print("\n(no GPU events in the trace)")
+        return
+    t0 = gpu[0]["ts"]
+    print("\n## Glyd timeline (µs from the first kernel)\n\n| stream | start | end | µs | kernel |\n|---:|---:|---:|---:|---|")
+    for e in gpu:
+        start, dur = e["ts"] - t0, e.get("dur", 0)
+        print(f"| {e.get('args', {}).get('stream', '?')} | {start:.1f} | {start + dur:.1f} | {dur:.1f} | {e['name'][:70]} |")
 
 
 kernels(f"bf16 {impl}, {name}, {tokens} tokens", ref)
-kernels(f"Glyd, {name}, {tokens} tokens", glyd_block)
+glyd_prof = kernels(f"Glyd, {name}, {tokens} tokens", glyd_block)
+if timeline:
+    print_timeline(glyd_prof)
