@@ -45,10 +45,9 @@
  *   Several weights of the same K, one launch (the _many kernels;
  *   glyd_kparams.seg, nseg <= GLYD_MAX_SEGMENTS): blockIdx.y runs over the
  *   weight tiles of each in turn and every block takes its weight's fields
- *   (segment_tile); each
- *   weight's output is its own contiguous [R, N_i]. q/k/v or gate/up of a
- *   layer are one launch instead of three or two. The split-K reduce
- *   takes its outputs' weights the same way (one weight: one segment).
+ *   (segment_tile); each weight's output is its own contiguous [R, N_i].
+ *   q/k/v or gate/up of a layer are one launch instead of three or two. The
+ *   split-K reduce takes its outputs' weights the same way (segment_of).
  *
  * glyd_lin_f12_generic: any K and alignment; one warp per (weight row, 8
  *   tokens), 4 warps per block; grid (ceil(R/8), ceil(N/4)). Slow, exact same
@@ -700,9 +699,10 @@ GLYD_LINW(32, 2, 4, 2, 2, (320))
 GLYD_LINW(32, 1, 4, 4, 2, (192, 3))
 GLYD_LINW(64, 1, 4, 4, 4, (256))
 
-// The dense kernels: one output tile per block, at the block's indices (the
-// tile index picks the segment: segment_tile); programmatic dependent launches on sm_90 (DEP: the grouped experts kernels
-// of moe.cu are launched plainly and keep the code without the waits).
+// The dense kernels: one output tile per block, at the block's indices (MANY:
+// the tile index picks the segment, segment_tile); programmatic dependent
+// launches on sm_90 (DEP: the grouped experts kernels of moe.cu are launched
+// plainly and keep the code without the waits).
 template <int MT, int NT, int WN, int WK, int U, bool MANY, bool SAFE>
 __device__ __forceinline__ void linear_f12_block(const glyd_kparams &p, float *smem) {
 	if (MANY) {

@@ -28,6 +28,9 @@ func lcg(seed uint32) func() uint32 {
 	return func() uint32 { s = s*1664525 + 1013904223; return s >> 8 }
 }
 
+// addr is the "device address" of a buffer of the fake libcuda: its first element's.
+func addr[T any](b []T) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
+
 // fakeMemory hands out the fake libcuda's "device memory": 16-byte aligned
 // host buffers, kept alive until the test ends.
 type fakeMemory struct{ keep [][]byte }
@@ -46,7 +49,7 @@ func (m *fakeMemory) tensor(pk *codec.Tensor, shape []int64) *DeviceTensor {
 		if len(b) > 0 {
 			a := m.alloc(len(b))
 			copy(a, b)
-			d.Planes[p] = uintptr(unsafe.Pointer(&a[0]))
+			d.Planes[p] = addr(a)
 		}
 	}
 	return d
@@ -74,10 +77,10 @@ func (m *fakeMemory) weight(t *testing.T, rnd func() uint32, n, k int64, every u
 			t.Fatal(err)
 		}
 		idx := m.alloc(int(eb))
-		if err := BuildEscapeIndex(0, 0, d, uintptr(unsafe.Pointer(&idx[0]))); err != nil {
+		if err := BuildEscapeIndex(0, 0, d, addr(idx)); err != nil {
 			t.Fatal(err)
 		}
-		d.EscRows = uintptr(unsafe.Pointer(&idx[0]))
+		d.EscRows = addr(idx)
 	}
 	return d, w
 }
@@ -366,7 +369,6 @@ func TestLinearReduceSegmentsEmulated(t *testing.T) {
 	const rows, k, splits = 3, 48, 3
 	var mem fakeMemory
 	aligned := mem.alloc
-	ptr := func(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 	var ws []*DeviceTensor
 	var biases []uintptr
 	for i, n := range []int64{5, 3, 7} {
@@ -381,7 +383,7 @@ func TestLinearReduceSegmentsEmulated(t *testing.T) {
 			for j := int64(0); j < n; j++ {
 				binary.LittleEndian.PutUint16(b[2*j:], bf16.FromFloat32(float32(int32(rnd()%201)-100)/100))
 			}
-			bias = ptr(b)
+			bias = addr(b)
 		}
 		biases = append(biases, bias)
 	}
@@ -395,19 +397,19 @@ func TestLinearReduceSegmentsEmulated(t *testing.T) {
 		binary.LittleEndian.PutUint32(part[4*j:], math.Float32bits(float32(int32(rnd()%20001)-10000)/1000))
 	}
 	reduce := func(ws []*DeviceTensor, biases []uintptr, partials, y uintptr) {
-		p := manyParams(ws, biases, false, ptr(x), y, rows, k)
+		p := manyParams(ws, biases, false, addr(x), y, rows, k)
 		splitK(&p, splits, partials)
 		if err := launch(0, reduceKernel(len(ws) > 1), reduceBlocks(rows, sumRows(ws)), 1, 1, 256, 0, 0, &p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	all := aligned(2 * rows * int(ntot))
-	reduce(ws, biases, ptr(part), ptr(all))
+	reduce(ws, biases, addr(part), addr(all))
 	off := 0
 	for i, w := range ws {
 		n := int(w.Shape[0])
 		one := aligned(2 * rows * n)
-		reduce(ws[i:i+1], biases[i:i+1], ptr(part)+uintptr(4*splits*rows*off), ptr(one))
+		reduce(ws[i:i+1], biases[i:i+1], addr(part)+uintptr(4*splits*rows*off), addr(one))
 		if got := all[2*rows*off : 2*rows*(off+n)]; !slices.Equal(got, one) {
 			t.Fatalf("weight %d: the three-weight reduce differs from its own", i)
 		}
@@ -425,7 +427,6 @@ func TestLinearManyGenericEmulated(t *testing.T) {
 	needFakeCUDA(t)
 	rnd := lcg(17)
 	var mem fakeMemory
-	ptr := func(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 	const rows, k = 5, 48
 	var ws []*DeviceTensor
 	var biases []uintptr
@@ -441,7 +442,7 @@ func TestLinearManyGenericEmulated(t *testing.T) {
 				binary.LittleEndian.PutUint16(bb[2*j:], h)
 				b[j] = bf16.ToFloat32(h)
 			}
-			bias = ptr(bb)
+			bias = addr(bb)
 		}
 		ws, biases, wv, bv = append(ws, d), append(biases, bias), append(wv, w), append(bv, b)
 	}
@@ -454,14 +455,14 @@ func TestLinearManyGenericEmulated(t *testing.T) {
 	}
 	ntot := sumRows(ws)
 	all := mem.alloc(int(2 * rows * ntot))
-	if err := LinearMany(0, 0, ptr(xb), rows, ws, biases, ptr(all), 0, 0); err != nil {
+	if err := LinearMany(0, 0, addr(xb), rows, ws, biases, addr(all), 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	off := int64(0)
 	for i, w := range ws {
 		n := w.Shape[0]
 		one := mem.alloc(int(2 * rows * n))
-		if err := Linear(0, 0, ptr(xb), rows, w, biases[i], ptr(one), 0, 0); err != nil {
+		if err := Linear(0, 0, addr(xb), rows, w, biases[i], addr(one), 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		got := all[2*rows*off : 2*rows*(off+n)]

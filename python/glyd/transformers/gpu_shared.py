@@ -19,8 +19,9 @@ counter), in any shape with the same last dimension, the stand-in makes the
 current stream wait for the side one and returns that output in the shape
 asked for. Called with anything else (another tensor, extra arguments), it
 runs the real module and turns the overlap off for that block (one wasted
-product, once); called again in the same block call, it is the real module. A forward hook that runs even when the block raises puts the
-real module back and joins the streams.
+product, once); called again in the same block call, it is the real module.
+A forward hook that runs even when the block raises puts the real module back
+and joins the streams.
 
 Same bits: the same kernels run on the same inputs, only on another stream,
 so the block's output is bit-identical with and without the overlap. Not
