@@ -110,6 +110,22 @@ __device__ __forceinline__ void decode16(const uint4 s, const uint2 c, const uin
 	decode8<SAFE>(s.z, s.w, c.y, B4, W + 4);
 }
 
+// 16 activations (a = elements 0..7, b = 8..15) in decode16's pair order
+// (0,4) (2,6) (1,5) (3,7) (8,12) (10,14) (9,13) (11,15), the order in
+// which decode16 gives a row's weights: the mma.sync B fragments, and the
+// words of a wgmma stage item (word i goes to logical k 8i + 2t of the
+// stage, so wgmma k-step s reads logical k 16s..16s+15).
+__device__ __forceinline__ void permute_x16(const uint4 a, const uint4 b, uint32_t (&w)[8]) {
+	w[0] = __byte_perm(a.x, a.z, 0x5410);
+	w[1] = __byte_perm(a.y, a.w, 0x5410);
+	w[2] = __byte_perm(a.x, a.z, 0x7632);
+	w[3] = __byte_perm(a.y, a.w, 0x7632);
+	w[4] = __byte_perm(b.x, b.z, 0x5410);
+	w[5] = __byte_perm(b.y, b.w, 0x5410);
+	w[6] = __byte_perm(b.x, b.z, 0x7632);
+	w[7] = __byte_perm(b.y, b.w, 0x7632);
+}
+
 // The escape correction of one output: v + x*(w_true - w_decoded) for the
 // escape record r (k, true bf16 bits) of its row, whose weight the kernel
 // decoded with exponent ebase.
@@ -350,14 +366,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 					xb = ld_act16(xr[nt] + k0 + 8);
 				}
 				uint32_t XB[8];
-				XB[0] = __byte_perm(xa.x, xa.z, 0x5410); // (0,4)
-				XB[1] = __byte_perm(xa.y, xa.w, 0x5410); // (2,6)
-				XB[2] = __byte_perm(xa.x, xa.z, 0x7632); // (1,5)
-				XB[3] = __byte_perm(xa.y, xa.w, 0x7632); // (3,7)
-				XB[4] = __byte_perm(xb.x, xb.z, 0x5410); // (8,12)
-				XB[5] = __byte_perm(xb.y, xb.w, 0x5410); // (10,14)
-				XB[6] = __byte_perm(xb.x, xb.z, 0x7632); // (9,13)
-				XB[7] = __byte_perm(xb.y, xb.w, 0x7632); // (11,15)
+				permute_x16(xa, xb, XB);
 #pragma unroll
 				for (int s = 0; s < 4; s++)
 #pragma unroll
@@ -505,6 +514,62 @@ __device__ __forceinline__ void bar_arrive(int id, int count) {
 	asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
+// A 64-k block of activations in shared memory as the wgmma tiles' B
+// operand (K-major, no swizzle): 8x8 core matrices of 128 bytes, 128 bytes
+// between k-groups, 1024 between groups of 8 tokens. Item (tok, ch) = the
+// 16 activations k = 16ch..16ch+15 of token tok, permuted by permute_x16
+// into 8 words; word q lies at stage_offset(tok, ch) + 128q.
+__device__ __forceinline__ uint32_t stage_offset(int tok, int ch) {
+	return (tok >> 3) * 1024 + (tok & 7) * 16 + 4 * ch;
+}
+// The two weight rows of a consumer lane (g = lane/4, t = lane%4) in a warp
+// that owns rows row0..row0+15: rows row0 + g and row0 + g + 8 (clamped to
+// N-1: their results are never stored), pointers pinned to their 16 bytes
+// of sm and 8 of code at k = 16t of each 64-k block.
+struct WarpRows {
+	const uint8_t *smr[2], *cdr[2];
+	int t;
+	__device__ __forceinline__ WarpRows(const glyd_kparams &p, int64_t row0) {
+		const int lane = threadIdx.x & 31;
+		t = lane & 3;
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			int64_t n = row0 + (lane >> 2) + 8 * h;
+			if (n >= p.N) n = p.N - 1;
+			smr[h] = pin((const uint8_t *)p.sm + n * p.K + 16 * t);
+			cdr[h] = pin((const uint8_t *)p.code + n * p.K / 2 + 8 * t);
+		}
+	}
+	// Both rows' weights of k-block kb, or zeros (valid false, or past K).
+	__device__ __forceinline__ void load(uint4 (&s2)[2], uint2 (&c2)[2], int32_t kb, bool valid, int32_t K32) const {
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			if (valid && kb * 64 + 16 * t < K32) {
+				s2[h] = ld_stream16(smr[h] + kb * 64);
+				c2[h] = ld_stream8(cdr[h] + kb * 32);
+			} else {
+				s2[h] = make_uint4(0, 0, 0, 0);
+				c2[h] = make_uint2(0, 0);
+			}
+		}
+	}
+};
+
+// One 64-k block of a consumer warpgroup: its decoded rows A (decode16
+// order) times the stage at shared address stage, four wgmma's, committed
+// (the caller waits for them: wgmma_wait<0>).
+template <int TB>
+__device__ __forceinline__ void wgmma_kblock(float (&acc)[TB / 8][4], const uint32_t (&A)[2][8], uint32_t stage) {
+	wgmma_fence();
+	const uint64_t desc = (uint64_t)((stage & 0x3FFFF) >> 4) | ((uint64_t)(128 >> 4) << 16) |
+	                      ((uint64_t)(1024 >> 4) << 32);
+#pragma unroll
+	for (int s = 0; s < 4; s++)
+		wgmma_rs<TB>(acc, A[0][2 * s], A[1][2 * s], A[0][2 * s + 1], A[1][2 * s + 1],
+		             desc + (uint64_t)(2 * s * 128 >> 4));
+	wgmma_commit();
+}
+
 // One output tile: weight rows [ntile*64, +64), tokens [mtile*TB, +TB), the
 // k-blocks of split split_z of p.splits. The dense kernels pass their block
 // indices, the grouped experts kernel (moe.cu) its own; consecutive calls in
@@ -580,12 +645,9 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 #pragma unroll
 				for (int i = 0; i < BATCH; i++) {
 					const int item = lane + (i0 + i) * 32, tok = item >> 2, ch = item & 3;
-					const uint4 a = xv[i][0], b = xv[i][1];
-					const uint32_t w[8] = {__byte_perm(a.x, a.z, 0x5410), __byte_perm(a.y, a.w, 0x5410),
-					                       __byte_perm(a.x, a.z, 0x7632), __byte_perm(a.y, a.w, 0x7632),
-					                       __byte_perm(b.x, b.z, 0x5410), __byte_perm(b.y, b.w, 0x5410),
-					                       __byte_perm(b.x, b.z, 0x7632), __byte_perm(b.y, b.w, 0x7632)};
-					const uint32_t base = ring_s + stage * STAGE + (tok >> 3) * 1024 + (tok & 7) * 16 + 4 * ch;
+					uint32_t w[8];
+					permute_x16(xv[i][0], xv[i][1], w);
+					const uint32_t base = ring_s + stage * STAGE + stage_offset(tok, ch);
 #pragma unroll
 					for (int q = 0; q < 8; q++)
 						asm volatile("st.shared.b32 [%0], %1;" ::"r"(base + 128 * q), "r"(w[q]) : "memory");
@@ -604,29 +666,10 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 		// them per lane.
 		const int c = warp >> 2, w16 = warp & 3;
 		const uint32_t B4 = p.base * 0x01010101u;
-		const uint8_t *smr[2], *cdr[2];
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			int64_t n = n0 + w16 * 16 + g + 8 * h;
-			if (n >= N) n = N - 1;
-			smr[h] = pin((const uint8_t *)p.sm + n * K + 16 * t);
-			cdr[h] = pin((const uint8_t *)p.code + n * K / 2 + 8 * t);
-		}
+		const WarpRows wr(p, n0 + w16 * 16);
 		uint4 ws[U][2];
 		uint2 wc[U][2];
-		auto ld_w = [&](uint4 (&s2)[2], uint2 (&c2)[2], int32_t j) {
-			const int32_t kb = kb_lo + j;
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				if (j < nkb && kb * 64 + 16 * t < K32) {
-					s2[h] = ld_stream16(smr[h] + kb * 64);
-					c2[h] = ld_stream8(cdr[h] + kb * 32);
-				} else {
-					s2[h] = make_uint4(0, 0, 0, 0);
-					c2[h] = make_uint2(0, 0);
-				}
-			}
-		};
+		auto ld_w = [&](uint4 (&s2)[2], uint2 (&c2)[2], int32_t j) { wr.load(s2, c2, kb_lo + j, j < nkb, K32); };
 #pragma unroll
 		for (int u = 0; u < U; u++) ld_w(ws[u], wc[u], c + u * KG);
 		if (DEP) griddep_wait(); // before the epilogue writes y (or the partial sums)
@@ -641,14 +684,7 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 				decode16<SAFE>(ws[u][1], wc[u][1], B4, A[1]);
 				ld_w(ws[u], wc[u], j + U * KG);
 				bar_sync(1 + stage, BAR); // FULL: block j's activations are staged
-				wgmma_fence();
-				const uint64_t desc = (uint64_t)(((ring_s + stage * STAGE) & 0x3FFFF) >> 4) |
-				                      ((uint64_t)(128 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32);
-#pragma unroll
-				for (int s = 0; s < 4; s++)
-					wgmma_rs<TB>(acc[0], A[0][2 * s], A[1][2 * s], A[0][2 * s + 1], A[1][2 * s + 1],
-					             desc + (uint64_t)(2 * s * 128 >> 4));
-				wgmma_commit();
+				wgmma_kblock<TB>(acc[0], A, ring_s + stage * STAGE);
 				wgmma_wait<0>();
 				if (j + S < nkb) bar_arrive(1 + S + stage, BAR); // EMPTY, when the producer waits for it
 			}
@@ -698,6 +734,165 @@ GLYD_LINW(32, 1, 4, 2, 2, (192))
 GLYD_LINW(32, 2, 4, 2, 2, (320))
 GLYD_LINW(32, 1, 4, 4, 2, (192, 3))
 GLYD_LINW(64, 1, 4, 4, 4, (256))
+
+// Hopper (sm_90a), many tokens (prompts, large batches): the wgmma tile
+// with two consumer warpgroups on 128 weight rows (warpgroup c owns rows
+// 64c..64c+63, warp w of the block rows 16w..16w+15) sharing each stage of
+// TB tokens, taking turns at the tensor cores (below), so one warpgroup's
+// decode runs under the other's wgmma's. The
+// activations come by the bulk copy engine from a copy of x laid out as the
+// stages (glyd_lin_xperm_t{TB}, launched just before, into p.dst): stage
+// image (mtile, kb) at p.dst + (mtile * KB + kb) * TB * 128, KB the 64-k
+// blocks of K. No producer warp (a ninth warp would cap every thread at 168
+// registers: three warps on one scheduler's register file): thread 0 starts
+// the first S copies, and the last of the 8 warps to finish its wgmma's on
+// a stage (a shared counter) starts the stage's next copy; each copy
+// completes on the stage's mbarrier FULL[s], whose phase the warps wait on.
+// Shared memory: the escape ranges (align32(129) words), FULL[S] at byte
+// 640, the counters at 768, the stages from byte 1024, overlaid by the
+// epilogue's [TB][129] tile.
+template <int TB, int S, int U, bool SAFE>
+__device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
+                                            uint32_t split_z) {
+#ifdef GLYD_WGMMA
+	constexpr int ROWS = 128, NT = TB / 8, STAGE = TB * 128, WARPS = 8;
+	static_assert(((ROWS + 1 + 31) & ~31) * 4 <= 640 && 8 * S <= 128 && 4 * S <= 256, "shared layout");
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = warp >> 2;
+	const int64_t N = p.N, K = p.K;
+	const int64_t n0 = ntile * ROWS, m0 = mtile * TB;
+	const int32_t KB = (int32_t)((K + 63) >> 6);
+	const int32_t kb_lo = (int32_t)((int64_t)KB * split_z / p.splits);
+	const int32_t nkb = (int32_t)((int64_t)KB * (split_z + 1) / p.splits) - kb_lo, K32 = (int32_t)K;
+	uint32_t *srows = (uint32_t *)smem;
+	uint32_t *done = (uint32_t *)((char *)smem + 768);
+	const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(smem) + 640;
+	char *ring = (char *)smem + 1024;
+	const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+	const char *src = (const char *)p.dst + ((int64_t)mtile * KB + kb_lo) * STAGE;
+	auto stage_in = [&](int32_t j) { // block j into its stage (one thread)
+		const uint32_t bar = full_s + 8 * (j % S);
+		mbar_expect_bytes(bar, STAGE);
+		bulk_copy(ring_s + (j % S) * STAGE, src + (int64_t)j * STAGE, STAGE, bar);
+	};
+
+	griddep_launch();
+	// The escape ranges of the tile's rows, for the epilogue: loaded now,
+	// stored after the k loop (a store now would wait for the load).
+	const bool esc = p.splits == 1 && p.escrows && threadIdx.x <= ROWS;
+	uint32_t er = 0;
+	if (esc) er = ld_u32((const uint32_t *)p.escrows + (n0 + threadIdx.x < N ? n0 + threadIdx.x : N));
+	const uint32_t B4 = p.base * 0x01010101u;
+	const WarpRows wr(p, n0 + warp * 16);
+	uint4 ws[U][2];
+	uint2 wc[U][2];
+#pragma unroll
+	for (int u = 0; u < U; u++) wr.load(ws[u], wc[u], kb_lo + u, u < nkb, K32);
+	if (threadIdx.x == 0) {
+#pragma unroll
+		for (int s = 0; s < S; s++) {
+			mbar_init(full_s + 8 * s, 1);
+			done[s] = 0;
+		}
+	}
+	__syncthreads(); // the barriers are initialized
+	griddep_wait(); // the stages' source is the previous kernel's output; y is written below
+	if (threadIdx.x == 0)
+		for (int32_t j = 0; j < S && j < nkb; j++) stage_in(j);
+
+	float acc[1][NT][4];
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) acc[0][j][i] = 0.f;
+	for (int32_t j0 = 0; j0 < nkb; j0 += U) {
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			const int32_t j = j0 + u;
+			if (j >= nkb) break;
+			const int stage = j % S;
+			uint32_t A[2][8];
+			decode16<SAFE>(ws[u][0], wc[u][0], B4, A[0]);
+			decode16<SAFE>(ws[u][1], wc[u][1], B4, A[1]);
+			wr.load(ws[u], wc[u], kb_lo + j + U, j + U < nkb, K32);
+			mbar_wait(full_s + 8 * stage, (uint32_t)(j / S) & 1u); // FULL: block j is staged
+			// Turns: warpgroup 0 issues block j's wgmma's after warpgroup 1
+			// issued block j - 1's (named barrier 1), warpgroup 1 after
+			// warpgroup 0 issued block j's (barrier 2), so the tensor cores
+			// run one group's wgmma's while the other decodes.
+			if (c == 0 && j > 0) bar_sync(1, 256);
+			if (c == 1) bar_sync(2, 256);
+			wgmma_kblock<TB>(acc[0], A, ring_s + stage * STAGE);
+			if (c == 0) bar_arrive(2, 256);
+			if (c == 1 && j + 1 < nkb) bar_arrive(1, 256);
+			wgmma_wait<0>();
+			// The last warp done with the stage refills it (the counter is
+			// reset before the copy can complete, so before its next use).
+			if (lane == 0 && j + S < nkb && atomicAdd(&done[stage], 1u) == WARPS - 1) {
+				done[stage] = 0;
+				stage_in(j + S);
+			}
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < NT; j++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[0][j][i])::"memory");
+	__syncthreads(); // the epilogue's tile overlays the stages
+	if (esc) srows[threadIdx.x] = er;
+	__syncthreads();
+	block_epilogue<1, NT, 8, 1, SAFE>(p, (float *)ring, srows, acc, n0, m0, split_z);
+#else
+	__trap(); // the host picks these kernels on sm_90 only
+#endif
+}
+
+template <int TB, int S, int U, bool MANY, bool SAFE>
+__device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *smem) {
+	if (MANY) {
+		int64_t tile = blockIdx.y;
+		const glyd_kparams q = segment_tile<128>(p, &tile);
+		prompt_tile<TB, S, U, SAFE>(q, smem, blockIdx.x, tile, blockIdx.z);
+	} else {
+		prompt_tile<TB, S, U, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+	}
+}
+// BOUNDS as for GLYD_LINW: t128 capped for two blocks per SM.
+#define GLYD_LINP(TB, S, U, BOUNDS)                                                                     \
+	GLYD_KERNEL_PAIR(glyd_lin_f12p_t##TB##s##S##u##U, BOUNDS, linear_f12_prompt, TB, S, U, false)          \
+	GLYD_KERNEL_PAIR(glyd_lin_f12p_t##TB##s##S##u##U##_many, BOUNDS, linear_f12_prompt, TB, S, U, true)
+
+GLYD_LINP(128, 4, 2, (256, 2))
+GLYD_LINP(256, 4, 2, (256, 1))
+
+// x [rows, K] as the prompt tiles' stage images (prompt_tile) at p.dst: one
+// thread per item (mtile, kb, tok, ch), 32 consecutive threads writing 8
+// full 128-byte lines. Tokens past rows and k past K are zeros. A
+// programmatic launch on sm_90: it waits for x's producer first.
+template <int TB>
+__device__ __forceinline__ void lin_xperm(const glyd_kparams &p) {
+	griddep_launch();
+	griddep_wait();
+	const int64_t K = p.K, R = p.rows, KB = (K + 63) >> 6;
+	const int64_t items = (R + TB - 1) / TB * KB * TB * 4;
+	const uint16_t *x = (const uint16_t *)p.x;
+	for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < items;
+	     idx += (int64_t)gridDim.x * blockDim.x) {
+		const int ch = (int)(idx & 3), tok = (int)((idx >> 2) % TB);
+		const int64_t blk = idx / (4 * TB), m = blk / KB * TB + tok, k = blk % KB * 64 + 16 * ch;
+		uint4 a = make_uint4(0, 0, 0, 0), b = a;
+		if (m < R && k < K) {
+			a = ld_act16(x + m * K + k);
+			b = ld_act16(x + m * K + k + 8);
+		}
+		uint32_t w[8];
+		permute_x16(a, b, w);
+		uint32_t *dst = (uint32_t *)((char *)p.dst + blk * (TB * 128) + stage_offset(tok, ch));
+#pragma unroll
+		for (int q = 0; q < 8; q++) dst[32 * q] = w[q];
+	}
+}
+extern "C" __global__ void __launch_bounds__(256) glyd_lin_xperm_t128(const glyd_kparams p) { lin_xperm<128>(p); }
+extern "C" __global__ void __launch_bounds__(256) glyd_lin_xperm_t256(const glyd_kparams p) { lin_xperm<256>(p); }
 
 // The dense kernels: one output tile per block, at the block's indices (MANY:
 // the tile index picks the segment, segment_tile); programmatic dependent

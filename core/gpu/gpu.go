@@ -143,6 +143,8 @@ var kernelNames = []string{
 	"glyd_moe_combine",
 	"glyd_moe_silu_mul",
 	"glyd_moe_row_experts",
+	"glyd_lin_xperm_t128",
+	"glyd_lin_xperm_t256",
 }
 
 const (
@@ -172,6 +174,8 @@ const (
 	kMoeCombine
 	kMoeSiluMul
 	kMoeRowExperts
+	kLinXperm128
+	kLinXperm256
 	kLinFirst // the linear configurations of linear.go follow, each name, name_safe, name_many, name_many_safe,
 	// then the grouped ones of moe.go (kGroupedFirst)
 )
@@ -192,7 +196,7 @@ func init() {
 }
 
 // maxDynSmem is the largest dynamic shared memory any configuration asks for.
-const maxDynSmem = 110 * 1024
+const maxDynSmem = 130 * 1024
 
 type device struct {
 	once sync.Once
@@ -278,7 +282,7 @@ var programmaticLaunches = os.Getenv("GLYD_PDL") != "0"
 // on the device: the wgmma kernels exist for sm_90 only (a forced choice
 // elsewhere).
 func (d *device) canRun(c linConfig, name string) error {
-	if c.Kind == linWgmma && !d.hopper() {
+	if c.hopperOnly() && !d.hopper() {
 		return status.Errorf(status.Unsupported, "gpu: %s needs an sm_90 GPU; %s is %d.%d", name, d.info.Name, d.info.Major, d.info.Minor)
 	}
 	return nil

@@ -28,6 +28,15 @@ type linConfig struct {
 	S, PW             int // warpgroup configurations: activation stages, producer warps
 }
 
+// promptConfig is the many-token configuration (glyd_lin_f12p_t{tb}s{s}u{u},
+// sm_90 only): tb tokens, 128 weight rows per block in two consumer
+// warpgroups (8 warps, WN = 8), s activation stages filled by the bulk copy
+// engine from x laid out as the stages (glyd_lin_xperm_t{tb}, into the
+// workspace), u k-blocks of weights in flight per lane.
+func promptConfig(tb, s, u int) linConfig {
+	return linConfig{MT: 1, NT: tb / 8, WN: 8, WK: 1, U: u, Kind: linPrompt, S: s}
+}
+
 // wgConfig is the warpgroup configuration of tb tokens, kg consumer
 // warpgroups splitting K, s activation stages, u k-blocks of weights in
 // flight per lane and pw producer warps.
@@ -40,11 +49,18 @@ type linKind int
 const (
 	linRegs  linKind = iota // glyd_lin_f12_*: mma.sync, weights pipelined in registers
 	linWgmma                // glyd_lin_f12w_*: sm_90 (Hopper) only
+	linPrompt               // glyd_lin_f12p_*: sm_90 only, x staged from its stage images
 )
 
+// hopperOnly reports the configurations that exist for sm_90 only.
+func (c linConfig) hopperOnly() bool { return c.Kind != linRegs }
+
 func (c linConfig) name() string {
-	if c.Kind == linWgmma {
+	switch c.Kind {
+	case linWgmma:
 		return fmt.Sprintf("glyd_lin_f12w_t%dk%ds%du%dp%d", c.tokens(), c.WK, c.S, c.U, c.PW)
+	case linPrompt:
+		return fmt.Sprintf("glyd_lin_f12p_t%ds%du%d", c.tokens(), c.S, c.U)
 	}
 	return fmt.Sprintf("glyd_lin_f12_m%dn%dw%dk%du%d", c.MT, c.NT, c.WN, c.WK, c.U)
 }
@@ -58,10 +74,14 @@ func (c linConfig) threads() int {
 func (c linConfig) smem() int {
 	tile := c.tokens() * (c.rows() + 1) * 4
 	tree := (c.WK / 2) * c.rows() * c.tokens() * 4
-	if c.Kind == linWgmma {
+	switch c.Kind {
+	case linWgmma:
 		// escape ranges padded to 128 bytes, then the activation stages of
 		// 64 k x tokens bf16, overlaid by the epilogue at the end
 		return ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
+	case linPrompt:
+		// escape ranges, stage barriers and counters in the first KiB
+		return 1024 + max(c.S*c.tokens()*128, tile)
 	}
 	srows := ((c.rows() + 1 + 3) &^ 3) * 4
 	return srows + max(tree, tile)
@@ -93,6 +113,8 @@ var linConfigs = []linConfig{
 	wgConfig(32, 2, 4, 2, 2),        // 10
 	wgConfig(32, 1, 4, 4, 2),        // 11: registers capped for 3 blocks per SM
 	wgConfig(64, 1, 4, 4, 4),        // 12
+	promptConfig(128, 4, 2),         // 13
+	promptConfig(256, 4, 2),         // 14
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -180,10 +202,27 @@ func (c linConfig) splits(tiles, k, rows int64, slots int) int64 {
 	ctas := tiles * ((rows + int64(c.tokens()) - 1) / int64(c.tokens()))
 	maxs := ((k + 63) / 64) / int64(2*c.WK) // each warp keeps >= 2 k-blocks
 	target := int64(splitTarget)
-	if c.Kind == linWgmma {
+	if c.hopperOnly() {
 		target = int64(min(slots, wgmmaSlotsMax))
 	}
 	return max(1, min(target/ctas, maxs, 8))
+}
+
+// workspace returns what a launch of configuration c over tiles weight tiles
+// of n rows in all needs in its workspace, in bytes, for rows tokens and
+// splits: the fp32 partial sums when K is split, then (prompt
+// configurations) x laid out as the stage images of every token tile and
+// k-block, at byte offset xpermAt.
+func (c linConfig) workspace(n, k, rows, splits int64) (total, xpermAt uint64) {
+	if splits > 1 {
+		total = uint64(splits) * uint64(rows) * uint64(n) * 4
+	}
+	if c.Kind != linPrompt {
+		return total, 0
+	}
+	xpermAt = (total + 255) &^ 255
+	tb := int64(c.tokens())
+	return xpermAt + uint64((rows+tb-1)/tb*tb)*uint64((k+63)/64*64)*2, xpermAt
 }
 
 // escapeExponent is the exponent the fast decode gives an escaped weight (code
@@ -321,9 +360,8 @@ func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 		n := sumRows(ch)
 		for _, hopper := range []bool{false, true} {
 			c := linConfigs[pickConfig(int64(rows), n, hopper)]
-			if s := c.splits(weightTiles(c, ch), k, int64(rows), wgmmaSlotsMax); s > 1 {
-				need = max(need, uint64(s)*uint64(rows)*uint64(n)*4)
-			}
+			total, _ := c.workspace(n, k, int64(rows), c.splits(weightTiles(c, ch), k, int64(rows), wgmmaSlotsMax))
+			need = max(need, total)
 		}
 	}
 	return need, nil
@@ -514,17 +552,28 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 	many := len(ws) > 1
 	kidx := linKernel(ci, many, safe)
 	s := c.splits(tiles, k, int64(rows), d.occ[ci][boolIndex(many)]*d.info.SMs)
+	need, xpermAt := c.workspace(n, k, int64(rows), s)
+	if need > 0 && (workspace == 0 || wsBytes < need) {
+		return status.Errorf(status.BufferTooSmall, "gpu: linear needs %d bytes of workspace (LinearWorkspaceBound), have %d", need, wsBytes)
+	}
 	if s > 1 {
-		need := uint64(s) * uint64(rows) * uint64(n) * 4
-		if workspace == 0 || wsBytes < need {
-			return status.Errorf(status.BufferTooSmall, "gpu: linear needs %d bytes of workspace (LinearWorkspaceBound), have %d", need, wsBytes)
-		}
 		splitK(&p, s, workspace)
 	}
 	// On sm_90 the fused kernels are programmatic dependent launches: their
 	// blocks start in the previous kernel's tail and load their first
 	// weights before they wait for it.
 	pdl := d.programmatic()
+	if c.Kind == linPrompt {
+		// x as the stage images, first (a programmatic launch too).
+		p.dst = C.glyd_u64(uint64(workspace) + xpermAt)
+		kx := kLinXperm128
+		if c.tokens() == 256 {
+			kx = kLinXperm256
+		}
+		if err := launchAs(dev, kx, xpermBlocks(rows, k, c.tokens()), 1, 1, 256, 0, stream, &p, pdl); err != nil {
+			return err
+		}
+	}
 	if err := launchAs(dev, kidx, uint32(gx), uint32(tiles), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p, pdl); err != nil {
 		return err
 	}
@@ -569,6 +618,14 @@ func manyParams(ws []*DeviceTensor, biases []uintptr, safe bool, x, y uintptr, r
 func splitK(p *C.glyd_kparams, splits int64, workspace uintptr) {
 	p.splits = C.glyd_u32(splits)
 	p.ws = C.glyd_u64(workspace)
+}
+
+// xpermBlocks is the grid of glyd_lin_xperm_t{tb}: a thread per 16
+// activations of the padded stage images, at most 8 blocks of 256 per SM of
+// a large GPU (the kernel strides over the rest).
+func xpermBlocks(rows int, k int64, tb int) uint32 {
+	items := (int64(rows) + int64(tb) - 1) / int64(tb) * int64(tb) * ((k + 63) / 64) * 4
+	return uint32(min((items+255)/256, 8*132))
 }
 
 // reduceBlocks is the grid of glyd_lin_reduce: one thread per output.

@@ -375,7 +375,7 @@ def _sweep_shapes(args, rep, sets):
 
 
 def _short(n):
-    return n.replace("glyd_lin_f12_", "").replace("glyd_lin_f12w_", "wg:")
+    return n.replace("glyd_lin_f12_", "").replace("glyd_lin_f12w_", "wg:").replace("glyd_lin_f12p_", "p:")
 
 
 # ---- table 4 -----------------------------------------------------------------------------------------
