@@ -555,6 +555,48 @@ struct WarpRows {
 	}
 };
 
+// The escape records of one weight row (the escape index: k ascending, the
+// true bf16 bits), walked in k order by a consumer lane: cur the first not
+// yet passed, nxt the one after (loaded ahead); k = ~0 past the row's last.
+struct RowEscapes {
+	uint32_t e, e1; // the index of the record after nxt; the row's end
+	uint2 cur, nxt;
+	// rec: the weight's escape records (p.escrecs), for every call.
+	__device__ __forceinline__ uint2 fetch(const uint2 *rec) {
+		uint2 r = make_uint2(~0u, 0u);
+		if (e < e1) asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(rec + e));
+		e++;
+		return r;
+	}
+	// Row row of the weight (none past N or without an escape index).
+	__device__ __forceinline__ void start(const glyd_kparams &p, const uint2 *rec, int64_t row) {
+		e = e1 = 0;
+		if (p.escrows && row < p.N) {
+			e = ld_u32((const uint32_t *)p.escrows + row);
+			e1 = ld_u32((const uint32_t *)p.escrows + row + 1);
+		}
+		cur = fetch(rec);
+		nxt = fetch(rec);
+	}
+	// Puts the true bits of the row's escapes among this lane's 16 weights
+	// k = lo..lo+15 into W (decode16's order) and passes every record below
+	// lo + 16 (the other lanes' k, or blocks before a split's first). Called
+	// only when cur.x < lo + 16: rare.
+	__device__ __forceinline__ void patch(const uint2 *rec, uint32_t (&W)[8], uint32_t lo) {
+		while (cur.x < lo + 16) {
+			if (cur.x >= lo) {
+				const uint32_t i = cur.x - lo; // element i of the 16: word and half as decode8 places it
+				const uint32_t word = ((i & 1) << 1) | ((i >> 1) & 1) | ((i >> 3) << 2), sh = (i & 4) << 2;
+#pragma unroll
+				for (uint32_t w = 0; w < 8; w++)
+					if (w == word) W[w] = (W[w] & ~(0xffffu << sh)) | ((cur.y & 0xffffu) << sh);
+			}
+			cur = nxt;
+			nxt = fetch(rec);
+		}
+	}
+};
+
 // One 64-k block of a consumer warpgroup: its decoded rows A (decode16
 // order) times the stage at shared address stage, four wgmma's, committed
 // (the caller waits for them: wgmma_wait<0>).
@@ -743,27 +785,29 @@ GLYD_LINW(64, 1, 4, 4, 4, (256))
 // activations come by the bulk copy engine from a copy of x laid out as the
 // stages (glyd_lin_xperm_t{TB}, launched just before, into p.dst): stage
 // image (mtile, kb) at p.dst + (mtile * KB + kb) * TB * 128, KB the 64-k
-// blocks of K. No producer warp (a ninth warp would cap every thread at 168
+// blocks of K. Escapes: each lane puts the true bits of its rows' escapes
+// into the decoded fragments (RowEscapes: one compare per row and k-block,
+// rare loads), so the products are exact and the epilogue has no escape
+// loop (at 512 tokens that loop, 32 groups of 8 tokens per escape with a
+// dependent load each, took a quarter of the kernel). No producer warp (a ninth warp would cap every thread at 168
 // registers: three warps on one scheduler's register file): thread 0 starts
 // the first S copies, and the last of the 8 warps to finish its wgmma's on
 // a stage (a shared counter) starts the stage's next copy; each copy
 // completes on the stage's mbarrier FULL[s], whose phase the warps wait on.
-// Shared memory: the escape ranges (align32(129) words), FULL[S] at byte
-// 640, the counters at 768, the stages from byte 1024, overlaid by the
-// epilogue's [TB][129] tile.
+// Shared memory: FULL[S] at byte 640, the counters at 768, the stages from
+// byte 1024, overlaid by the epilogue's [TB][129] tile.
 template <int TB, int S, int U, bool SAFE>
 __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
                                             uint32_t split_z) {
 #ifdef GLYD_WGMMA
 	constexpr int ROWS = 128, NT = TB / 8, STAGE = TB * 128, WARPS = 8;
-	static_assert(((ROWS + 1 + 31) & ~31) * 4 <= 640 && 8 * S <= 128 && 4 * S <= 256, "shared layout");
+	static_assert(8 * S <= 128 && 4 * S <= 256, "shared layout");
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = warp >> 2;
 	const int64_t N = p.N, K = p.K;
 	const int64_t n0 = ntile * ROWS, m0 = mtile * TB;
 	const int32_t KB = (int32_t)((K + 63) >> 6);
 	const int32_t kb_lo = (int32_t)((int64_t)KB * split_z / p.splits);
 	const int32_t nkb = (int32_t)((int64_t)KB * (split_z + 1) / p.splits) - kb_lo, K32 = (int32_t)K;
-	uint32_t *srows = (uint32_t *)smem;
 	uint32_t *done = (uint32_t *)((char *)smem + 768);
 	const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(smem) + 640;
 	char *ring = (char *)smem + 1024;
@@ -776,17 +820,16 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 	};
 
 	griddep_launch();
-	// The escape ranges of the tile's rows, for the epilogue: loaded now,
-	// stored after the k loop (a store now would wait for the load).
-	const bool esc = p.splits == 1 && p.escrows && threadIdx.x <= ROWS;
-	uint32_t er = 0;
-	if (esc) er = ld_u32((const uint32_t *)p.escrows + (n0 + threadIdx.x < N ? n0 + threadIdx.x : N));
 	const uint32_t B4 = p.base * 0x01010101u;
 	const WarpRows wr(p, n0 + warp * 16);
 	uint4 ws[U][2];
 	uint2 wc[U][2];
 #pragma unroll
 	for (int u = 0; u < U; u++) wr.load(ws[u], wc[u], kb_lo + u, u < nkb, K32);
+	const uint2 *rec = pin((const uint2 *)p.escrecs);
+	RowEscapes re[2];
+#pragma unroll
+	for (int h = 0; h < 2; h++) re[h].start(p, rec, n0 + warp * 16 + (lane >> 2) + 8 * h);
 	if (threadIdx.x == 0) {
 #pragma unroll
 		for (int s = 0; s < S; s++) {
@@ -813,6 +856,10 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 			uint32_t A[2][8];
 			decode16<SAFE>(ws[u][0], wc[u][0], B4, A[0]);
 			decode16<SAFE>(ws[u][1], wc[u][1], B4, A[1]);
+			const uint32_t lo = (uint32_t)(kb_lo + j) * 64 + 16 * (lane & 3);
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+				if (re[h].cur.x < lo + 16) re[h].patch(rec, A[h], lo);
 			wr.load(ws[u], wc[u], kb_lo + j + U, j + U < nkb, K32);
 			mbar_wait(full_s + 8 * stage, (uint32_t)(j / S) & 1u); // FULL: block j is staged
 			// Turns: warpgroup 0 issues block j's wgmma's after warpgroup 1
@@ -838,9 +885,9 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 #pragma unroll
 		for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[0][j][i])::"memory");
 	__syncthreads(); // the epilogue's tile overlays the stages
-	if (esc) srows[threadIdx.x] = er;
-	__syncthreads();
-	block_epilogue<1, NT, 8, 1, SAFE>(p, (float *)ring, srows, acc, n0, m0, split_z);
+	glyd_kparams q = p;
+	q.escrows = 0; // the escapes are in the products already
+	block_epilogue<1, NT, 8, 1, SAFE>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
 #else
 	__trap(); // the host picks these kernels on sm_90 only
 #endif

@@ -578,9 +578,20 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 		return err
 	}
 	if s > 1 {
+		if c.Kind == linPrompt {
+			withoutEscapes(&p) // the prompt tiles' partial sums have the escapes in them
+		}
 		return launchAs(dev, reduceKernel(many), reduceBlocks(rows, n), 1, 1, 256, 0, stream, &p, pdl)
 	}
 	return nil
+}
+
+// withoutEscapes makes the split-K reduce of p add no escape corrections.
+func withoutEscapes(p *C.glyd_kparams) {
+	p.escrows = 0
+	for i := range p.seg {
+		p.seg[i].escrows = 0
+	}
 }
 
 // reduceKernel is the split-K reduce of a launch of one weight or several.
