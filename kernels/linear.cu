@@ -909,7 +909,9 @@ __device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *
 	GLYD_KERNEL_PAIR(glyd_lin_f12p_t##TB##s##S##u##U##_many, BOUNDS, linear_f12_prompt, TB, S, U, true)
 
 GLYD_LINP(128, 4, 2, (256, 2))
+GLYD_LINP(128, 4, 4, (256, 1))
 GLYD_LINP(256, 4, 2, (256, 1))
+GLYD_LINP(256, 4, 4, (256, 1))
 
 // x [rows, K] as the prompt tiles' stage images (prompt_tile) at p.dst: one
 // thread per item (mtile, kb, tok, ch), 32 consecutive threads writing 8

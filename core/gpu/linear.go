@@ -114,7 +114,9 @@ var linConfigs = []linConfig{
 	wgConfig(32, 1, 4, 4, 2),        // 11: registers capped for 3 blocks per SM
 	wgConfig(64, 1, 4, 4, 4),        // 12
 	promptConfig(128, 4, 2),         // 13
-	promptConfig(256, 4, 2),         // 14
+	promptConfig(128, 4, 4),         // 14
+	promptConfig(256, 4, 2),         // 15
+	promptConfig(256, 4, 4),         // 16
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
