@@ -856,6 +856,8 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 			uint32_t A[2][8];
 			decode16<SAFE>(ws[u][0], wc[u][0], B4, A[0]);
 			decode16<SAFE>(ws[u][1], wc[u][1], B4, A[1]);
+			// (Patched after the next loads and the FULL wait instead: 12-17%
+			// slower, session 11.)
 			const uint32_t lo = (uint32_t)(kb_lo + j) * 64 + 16 * (lane & 3);
 #pragma unroll
 			for (int h = 0; h < 2; h++)
@@ -909,9 +911,7 @@ __device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *
 	GLYD_KERNEL_PAIR(glyd_lin_f12p_t##TB##s##S##u##U##_many, BOUNDS, linear_f12_prompt, TB, S, U, true)
 
 GLYD_LINP(128, 4, 2, (256, 2))
-GLYD_LINP(128, 4, 4, (256, 1))
 GLYD_LINP(256, 4, 2, (256, 1))
-GLYD_LINP(256, 4, 4, (256, 1))
 
 // x [rows, K] as the prompt tiles' stage images (prompt_tile) at p.dst: one
 // thread per item (mtile, kb, tok, ch), 32 consecutive threads writing 8

@@ -85,11 +85,15 @@ func TestConfigTable(t *testing.T) {
 					t.Fatalf("rows %d -> config %d", r, i)
 				}
 				// wgmma on sm_90 from 9 tokens (but for weights of 96..263 row tiles
-				// at 9..16 tokens), and from 1 on weights of >= 264 row tiles
+				// at 9..16 tokens), and from 1 on weights of >= 264 row tiles; the
+				// prompt tiles from 65 tokens
 				c := linConfigs[i]
 				mid := r > 8 && r <= 16 && n/64 >= 96 && n/64 < splitTarget
-				if (c.Kind == linWgmma) != (hopper && !mid && (r > 8 || n/64 >= splitTarget)) {
+				if c.hopperOnly() != (hopper && !mid && (r > 8 || n/64 >= splitTarget)) {
 					t.Fatalf("rows %d n %d hopper %v -> %s", r, n, hopper, c.name())
+				}
+				if (c.Kind == linPrompt) != (hopper && r > 64) {
+					t.Fatalf("rows %d hopper %v -> %s", r, hopper, c.name())
 				}
 				if int64(c.tokens()) > max(16, 2*r) {
 					t.Fatalf("rows %d -> %s: token tile more than twice the tokens", r, c.name())
@@ -162,9 +166,15 @@ func TestLinearManyArgs(t *testing.T) {
 		for _, hopper := range []bool{false, true} {
 			c := linConfigs[pickConfig(int64(rows), 6144, hopper)]
 			tiles := c.tilesOf(4096) + 2*c.tilesOf(1024)
+			var need uint64
 			if s := c.splits(tiles, 4096, int64(rows), wgmmaSlotsMax); s > 1 {
-				want = max(want, uint64(s)*uint64(rows)*6144*4)
+				need = uint64(s) * uint64(rows) * 6144 * 4
 			}
+			if c.Kind == linPrompt { // then x as the stage images, 256-byte aligned
+				tb := uint64(c.tokens())
+				need = (need+255)&^255 + (uint64(rows)+tb-1)/tb*tb*4096*2
+			}
+			want = max(want, need)
 		}
 		if many != want {
 			t.Fatalf("rows %d: bound %d, want %d", rows, many, want)

@@ -55,6 +55,12 @@ const (
 // hopperOnly reports the configurations that exist for sm_90 only.
 func (c linConfig) hopperOnly() bool { return c.Kind != linRegs }
 
+// patchesEscapes reports the configurations whose kernels put the true bits
+// of escaped weights into the decoded fragments (kernels/linear.cu,
+// RowEscapes: the prompt tiles), so that their split-K partial sums need no
+// escape corrections.
+func (c linConfig) patchesEscapes() bool { return c.Kind == linPrompt }
+
 func (c linConfig) name() string {
 	switch c.Kind {
 	case linWgmma:
@@ -95,8 +101,10 @@ func (c linConfig) smem() int {
 //     k-block (48 bytes) in flight;
 //   - 9..128 tokens, mma.sync (sm_80..89, sm_100, sm_120): the activations
 //     are re-read by every block, so blocks grow to 32..128 rows;
-//   - 9..128 tokens on sm_90: the wgmma kernel (one instruction per 64 rows x
-//     all tokens x 16 k; kernels/linear.cu) in 16-, 32- and 64-token tiles.
+//   - 9..64 tokens on sm_90: the wgmma kernel (one instruction per 64 rows x
+//     all tokens x 16 k; kernels/linear.cu) in 16-, 32- and 64-token tiles;
+//   - 65 tokens and more on sm_90: the prompt tiles (128 weight rows, 128 or
+//     256 tokens per block).
 //
 // Sweeps of the configurations tried and removed: docs/PERFORMANCE.md.
 var linConfigs = []linConfig{
@@ -114,9 +122,7 @@ var linConfigs = []linConfig{
 	wgConfig(32, 1, 4, 4, 2),        // 11: registers capped for 3 blocks per SM
 	wgConfig(64, 1, 4, 4, 4),        // 12
 	promptConfig(128, 4, 2),         // 13
-	promptConfig(128, 4, 4),         // 14
-	promptConfig(256, 4, 2),         // 15
-	promptConfig(256, 4, 4),         // 16
+	promptConfig(256, 4, 2),         // 14
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -138,7 +144,11 @@ var linConfigs = []linConfig{
 //     warpgroups splitting K on narrower ones (o, down); 64-token tiles
 //     beyond, 4 k-blocks in flight at 2 blocks per SM (session 5, with the
 //     grouped epilogue: best on every Qwen3-8B shape at 64 tokens, gate_up
-//     0.772 ms against 0.803 for 3 in flight at 3 blocks per SM).
+//     0.772 ms against 0.803 for 3 in flight at 3 blocks per SM); from 65
+//     tokens the prompt tiles, 128 tokens per block to 128 tokens (two
+//     64-token tiles cost 1.4-1.6x as much at 96-128 tokens, session 11),
+//     256 beyond (2 k-blocks in flight: 4 measured slower at 2 blocks per SM
+//     and no faster at 1).
 //   - elsewhere, the session-3 sweep: m1n2w1k8u1 to 16 tokens, m2n4w1k8u1
 //     to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
 func pickConfig(rows, n int64, hopper bool) int {
@@ -164,8 +174,12 @@ func pickConfig(rows, n int64, hopper bool) int {
 		return 11 // t32k1s4u4p2
 	case hopper && rows <= 32:
 		return 10 // t32k2s4u2p2
-	case hopper:
+	case hopper && rows <= 64:
 		return 12 // t64k1s4u4p4
+	case hopper && rows <= 128:
+		return 13 // t128s4u2
+	case hopper:
+		return 14 // t256s4u2
 	case rows <= 16:
 		return 2 // m1n2w1k8u1
 	case rows <= 32:
@@ -580,8 +594,8 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 		return err
 	}
 	if s > 1 {
-		if c.Kind == linPrompt {
-			withoutEscapes(&p) // the prompt tiles' partial sums have the escapes in them
+		if c.patchesEscapes() {
+			withoutEscapes(&p)
 		}
 		return launchAs(dev, reduceKernel(many), reduceBlocks(rows, n), 1, 1, 256, 0, stream, &p, pdl)
 	}

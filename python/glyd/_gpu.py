@@ -27,10 +27,11 @@ glyd.transformers.gpu_linear):
     H200, L2-sized tiles (12-15 MiB) cost 35-50% more at 512 tokens than one
     whole-weight tile (docs/PERFORMANCE.md). At most one tile of a layer is
     decoded at a time.
-  PROMPT_ROWS is by default 129 on sm_90 GPUs (H100, H200: the wgmma kernel
-  beats this path at 128 rows, 2.36 vs 2.71x bf16 on Qwen3-8B shapes) and 65
-  on the others (the mma.sync kernel and this path tie at 64 rows, 2.73 vs
-  2.77x, measured on the H200); environment GLYD_PROMPT_ROWS, read at import,
+  PROMPT_ROWS is by default SM90_PROMPT_ROWS (769) on sm_90 GPUs (H100,
+  H200: the fused prompt tiles beat this path to 512 rows, 5.53 vs 5.76 ms for
+  12 Qwen3-8B layers at 512, and lose from 1,024) and 65 on the others (the
+  mma.sync kernel and this path tie at 64 rows, 2.73 vs 2.77x bf16, measured
+  on the H200); environment GLYD_PROMPT_ROWS, read at import,
   0 = never; set_prompt_rows() for benchmarks. GLYD_PROMPT_TILE_MB
   / set_prompt_tile_mb() set the tile size.
 
@@ -220,6 +221,10 @@ def _env_number(name: str, default, kind, minimum):
 #: the GPU's default (prompt_rows()). Environment GLYD_PROMPT_ROWS (read at
 #: import); set_prompt_rows() at run time.
 PROMPT_ROWS: int | None = _env_number("GLYD_PROMPT_ROWS", None, int, 0)
+#: The default of prompt_rows() on sm_90: Glyd's prompt tiles (t128 to 128
+#: rows, t256 beyond) beat decode tiles + cuBLAS at 128-512 rows and lose
+#: from 1,024 (Qwen3-8B shapes on the H200, session 11).
+SM90_PROMPT_ROWS = 769
 #: MiB of bf16 weight rows per tile of the prompt path.
 #: Environment GLYD_PROMPT_TILE_MB; set_prompt_tile_mb().
 PROMPT_TILE_MB: float = _env_number("GLYD_PROMPT_TILE_MB", 256.0, float, 1e-9)
@@ -248,7 +253,8 @@ _DEFAULT_PROMPT_ROWS: dict[int, int] = {}  # by CUDA device index: linear() asks
 
 def prompt_rows(device: "torch.device | int | None" = None) -> int:
     """The rows from which linear() on `device` takes the prompt path (0 = never):
-    PROMPT_ROWS if set, else 129 on sm_90 GPUs (the wgmma kernel) and 65 on others."""
+    PROMPT_ROWS if set, else SM90_PROMPT_ROWS on sm_90 GPUs (the wgmma and
+    prompt-tile kernels) and 65 on others."""
     if PROMPT_ROWS is not None:
         return PROMPT_ROWS
     if isinstance(device, int):
@@ -258,7 +264,7 @@ def prompt_rows(device: "torch.device | int | None" = None) -> int:
         index = torch.cuda.current_device() if index is None else index
     rows = _DEFAULT_PROMPT_ROWS.get(index)
     if rows is None:
-        rows = 129 if torch.cuda.get_device_capability(index) == (9, 0) else 65
+        rows = SM90_PROMPT_ROWS if torch.cuda.get_device_capability(index) == (9, 0) else 65
         _DEFAULT_PROMPT_ROWS[index] = rows
     return rows
 

@@ -375,7 +375,7 @@ def test_decode_rows_abi_without_device():
 
 
 def test_prompt_rows_default_by_gpu(monkeypatch):
-    # without PROMPT_ROWS: 129 on sm_90 (the wgmma kernel), 65 elsewhere,
+    # without PROMPT_ROWS: 769 on sm_90 (the wgmma and prompt-tile kernels), 65 elsewhere,
     # asked once per device (linear() asks on every call)
     from glyd import _gpu
 
@@ -390,7 +390,7 @@ def test_prompt_rows_default_by_gpu(monkeypatch):
     old = _gpu.set_prompt_rows(None)
     try:
         devices = (0, 1, torch.device("cuda", 2), torch.device("cuda", 0), "cuda:1")
-        assert [_gpu.prompt_rows(d) for d in devices] == [129, 65, 65, 129, 65]
+        assert [_gpu.prompt_rows(d) for d in devices] == [769, 65, 65, 769, 65]
         assert asked == [0, 1, 2]
         _gpu.set_prompt_rows(300)
         assert _gpu.prompt_rows(1) == 300
@@ -512,7 +512,7 @@ def test_linear_configs_are_forceable():
 
     names = _gpu.linear_configs()
     assert len(names) == len(set(names)) >= 10
-    assert {n[:13] for n in names} == {"glyd_lin_f12_", "glyd_lin_f12w"}
+    assert {n[:13] for n in names} == {"glyd_lin_f12_", "glyd_lin_f12w", "glyd_lin_f12p"}
     try:
         for n in names + ["generic"]:
             _gpu.force_kernel(n)
