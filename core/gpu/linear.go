@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 
 	"github.com/glyd/glyd/core/codec"
@@ -123,6 +124,10 @@ var linConfigs = []linConfig{
 	wgConfig(64, 1, 4, 4, 4),        // 12
 	promptConfig(128, 4, 2),         // 13
 	promptConfig(256, 4, 2),         // 14
+	promptConfig(32, 4, 2),          // 15
+	promptConfig(32, 4, 4),          // 16
+	promptConfig(64, 4, 2),          // 17
+	promptConfig(64, 4, 4),          // 18
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -582,11 +587,7 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 	if c.Kind == linPrompt {
 		// x as the stage images, first (a programmatic launch too).
 		p.dst = C.glyd_u64(uint64(workspace) + xpermAt)
-		kx := kLinXperm128
-		if c.tokens() == 256 {
-			kx = kLinXperm256
-		}
-		if err := launchAs(dev, kx, xpermBlocks(rows, k, c.tokens()), 1, 1, 256, 0, stream, &p, pdl); err != nil {
+		if err := launchAs(dev, xpermKernel(c.tokens()), xpermBlocks(rows, k, c.tokens()), 1, 1, 256, 0, stream, &p, pdl); err != nil {
 			return err
 		}
 	}
@@ -646,6 +647,10 @@ func splitK(p *C.glyd_kparams, splits int64, workspace uintptr) {
 	p.splits = C.glyd_u32(splits)
 	p.ws = C.glyd_u64(workspace)
 }
+
+// xpermKernel is the kernel index of glyd_lin_xperm_t{tb} (tb 32, 64, 128
+// or 256: the prompt configurations' token tiles).
+func xpermKernel(tb int) int { return kLinXperm + bits.TrailingZeros(uint(tb)) - 5 }
 
 // xpermBlocks is the grid of glyd_lin_xperm_t{tb}: a thread per 16
 // activations of the padded stage images, at most 8 blocks of 256 per SM of
