@@ -910,12 +910,9 @@ __device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *
 	GLYD_KERNEL_PAIR(glyd_lin_f12p_t##TB##s##S##u##U, BOUNDS, linear_f12_prompt, TB, S, U, false)          \
 	GLYD_KERNEL_PAIR(glyd_lin_f12p_t##TB##s##S##u##U##_many, BOUNDS, linear_f12_prompt, TB, S, U, true)
 
+GLYD_LINP(64, 4, 2, (256, 2))
 GLYD_LINP(128, 4, 2, (256, 2))
 GLYD_LINP(256, 4, 2, (256, 1))
-GLYD_LINP(32, 4, 2, (256, 2))
-GLYD_LINP(32, 4, 4, (256, 2))
-GLYD_LINP(64, 4, 2, (256, 2))
-GLYD_LINP(64, 4, 4, (256, 2))
 
 // x [rows, K] as the prompt tiles' stage images (prompt_tile) at p.dst: one
 // thread per item (mtile, kb, tok, ch), 32 consecutive threads writing 8
@@ -944,7 +941,6 @@ __device__ __forceinline__ void lin_xperm(const glyd_kparams &p) {
 		for (int q = 0; q < 8; q++) dst[32 * q] = w[q];
 	}
 }
-extern "C" __global__ void __launch_bounds__(256) glyd_lin_xperm_t32(const glyd_kparams p) { lin_xperm<32>(p); }
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_xperm_t64(const glyd_kparams p) { lin_xperm<64>(p); }
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_xperm_t128(const glyd_kparams p) { lin_xperm<128>(p); }
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_xperm_t256(const glyd_kparams p) { lin_xperm<256>(p); }

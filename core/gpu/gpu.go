@@ -143,7 +143,6 @@ var kernelNames = []string{
 	"glyd_moe_combine",
 	"glyd_moe_silu_mul",
 	"glyd_moe_row_experts",
-	"glyd_lin_xperm_t32",
 	"glyd_lin_xperm_t64",
 	"glyd_lin_xperm_t128",
 	"glyd_lin_xperm_t256",
@@ -176,8 +175,7 @@ const (
 	kMoeCombine
 	kMoeSiluMul
 	kMoeRowExperts
-	kLinXperm // glyd_lin_xperm_t{32,64,128,256}: xpermKernel
-	_
+	kLinXperm // glyd_lin_xperm_t{64,128,256}: xpermKernel
 	_
 	_
 	kLinFirst // the linear configurations of linear.go follow, each name, name_safe, name_many, name_many_safe,

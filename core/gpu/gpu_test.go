@@ -86,13 +86,13 @@ func TestConfigTable(t *testing.T) {
 				}
 				// wgmma on sm_90 from 9 tokens (but for weights of 96..263 row tiles
 				// at 9..16 tokens), and from 1 on weights of >= 264 row tiles; the
-				// prompt tiles from 65 tokens
+				// prompt tiles from 65 tokens (from 33 on weights of >= 96 tiles)
 				c := linConfigs[i]
 				mid := r > 8 && r <= 16 && n/64 >= 96 && n/64 < splitTarget
 				if c.hopperOnly() != (hopper && !mid && (r > 8 || n/64 >= splitTarget)) {
 					t.Fatalf("rows %d n %d hopper %v -> %s", r, n, hopper, c.name())
 				}
-				if (c.Kind == linPrompt) != (hopper && r > 64) {
+				if (c.Kind == linPrompt) != (hopper && (r > 64 || r > 32 && n/64 >= 96)) {
 					t.Fatalf("rows %d hopper %v -> %s", r, hopper, c.name())
 				}
 				if int64(c.tokens()) > max(16, 2*r) {

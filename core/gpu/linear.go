@@ -124,10 +124,7 @@ var linConfigs = []linConfig{
 	wgConfig(64, 1, 4, 4, 4),        // 12
 	promptConfig(128, 4, 2),         // 13
 	promptConfig(256, 4, 2),         // 14
-	promptConfig(32, 4, 2),          // 15
-	promptConfig(32, 4, 4),          // 16
-	promptConfig(64, 4, 2),          // 17
-	promptConfig(64, 4, 4),          // 18
+	promptConfig(64, 4, 2),          // 15
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -149,7 +146,10 @@ var linConfigs = []linConfig{
 //     warpgroups splitting K on narrower ones (o, down); 64-token tiles
 //     beyond, 4 k-blocks in flight at 2 blocks per SM (session 5, with the
 //     grouped epilogue: best on every Qwen3-8B shape at 64 tokens, gate_up
-//     0.772 ms against 0.803 for 3 in flight at 3 blocks per SM); from 65
+//     0.772 ms against 0.803 for 3 in flight at 3 blocks per SM), but on
+//     weights of >= 96 tiles the 64-token prompt tile (session 11 at 48 and
+//     64 tokens: qkv 0.322 -> 0.309 ms, gate_up 0.760 -> 0.712; o and down,
+//     64 tiles, stay faster on the wgmma tile); from 65
 //     tokens the prompt tiles, 128 tokens per block to 128 tokens (two
 //     64-token tiles cost 1.4-1.6x as much at 96-128 tokens, session 11),
 //     256 beyond (2 k-blocks in flight: 4 measured slower at 2 blocks per SM
@@ -179,6 +179,8 @@ func pickConfig(rows, n int64, hopper bool) int {
 		return 11 // t32k1s4u4p2
 	case hopper && rows <= 32:
 		return 10 // t32k2s4u2p2
+	case hopper && rows <= 64 && tiles >= 96:
+		return 15 // t64s4u2 (prompt tile)
 	case hopper && rows <= 64:
 		return 12 // t64k1s4u4p4
 	case hopper && rows <= 128:
@@ -648,9 +650,9 @@ func splitK(p *C.glyd_kparams, splits int64, workspace uintptr) {
 	p.ws = C.glyd_u64(workspace)
 }
 
-// xpermKernel is the kernel index of glyd_lin_xperm_t{tb} (tb 32, 64, 128
-// or 256: the prompt configurations' token tiles).
-func xpermKernel(tb int) int { return kLinXperm + bits.TrailingZeros(uint(tb)) - 5 }
+// xpermKernel is the kernel index of glyd_lin_xperm_t{tb} (tb 64, 128 or
+// 256: the prompt configurations' token tiles).
+func xpermKernel(tb int) int { return kLinXperm + bits.TrailingZeros(uint(tb)) - 6 }
 
 // xpermBlocks is the grid of glyd_lin_xperm_t{tb}: a thread per 16
 // activations of the padded stage images, at most 8 blocks of 256 per SM of

@@ -506,7 +506,8 @@ def test_prompt_path_choice(prompt_settings):
     finally:
         _gpu.force_kernel(None)
     assert dt.prompt_path(512)
-    # the default: the wgmma kernel to 64 rows on sm_90, the prompt tiles to 768,
+    # the default: the wgmma kernel to 64 rows on sm_90 (this weight is narrow), the
+    # prompt tiles to 768,
     # mma.sync to 64 elsewhere
     _gpu.set_prompt_rows(None)
     hopper = torch.cuda.get_device_capability(DEV) == (9, 0)
