@@ -48,9 +48,9 @@ func wgConfig(tb, kg, s, u, pw int) linConfig {
 type linKind int
 
 const (
-	linRegs  linKind = iota // glyd_lin_f12_*: mma.sync, weights pipelined in registers
-	linWgmma                // glyd_lin_f12w_*: sm_90 (Hopper) only
-	linPrompt               // glyd_lin_f12p_*: sm_90 only, x staged from its stage images
+	linRegs   linKind = iota // glyd_lin_f12_*: mma.sync, weights pipelined in registers
+	linWgmma                 // glyd_lin_f12w_*: sm_90 (Hopper) only
+	linPrompt                // glyd_lin_f12p_*: sm_90 only, x staged from its stage images
 )
 
 // hopperOnly reports the configurations that exist for sm_90 only.
