@@ -6,11 +6,12 @@
 # largest stall reasons. The report is kept in ${OUT:-/tmp}/sass.ncu-rep.
 # Another script and kernel: SCRIPT (default python/benchmarks/profile_linear.py,
 # given the first argument), KERNEL (a regex, default glyd_lin_f12), SKIP (launches
-# of it skipped first, default 3); e.g. the grouped experts kernel of a MoE block:
+# of it skipped first, default 3), GLYD_LIBRARY (default build/libglyd.so: a diagnostic
+# build, say); e.g. the grouped experts kernel of a MoE block:
 #   SCRIPT=python/benchmarks/profile_moe.py KERNEL=glyd_lin_f12gw SKIP=2 \
 #     bash python/benchmarks/ncu_sass.sh "qwen3-30b-a3b 512"
 NCU=${NCU:-/usr/local/cuda/bin/ncu}
-export PYTHONPATH=$PWD/python GLYD_LIBRARY=$PWD/build/libglyd.so
+export PYTHONPATH=$PWD/python GLYD_LIBRARY=${GLYD_LIBRARY:-$PWD/build/libglyd.so}
 REP=${OUT:-/tmp}/sass
 CFG=$1 TOP=${2:-30}
 "$NCU" -f -o "$REP" --kernel-name regex:${KERNEL:-glyd_lin_f12} --launch-skip ${SKIP:-3} --launch-count 1 \
