@@ -629,7 +629,6 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 	static_assert(S % PW == 0 && S % KG == 0 && (KG & (KG - 1)) == 0 && PER % BATCH == 0 && 2 * S < 16,
 	              "stages, warps, barriers; the epilogue tree needs a power of two KG");
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int g = lane >> 2, t = lane & 3;
 	const int64_t N = p.N, K = p.K, R = p.rows;
 	const int64_t n0 = ntile * ROWS, m0 = mtile * TB;
 	const int64_t KB = (K + 63) >> 6;
@@ -803,7 +802,7 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 	constexpr int ROWS = 128, NT = TB / 8, STAGE = TB * 128, WARPS = 8;
 	static_assert(8 * S <= 128 && 4 * S <= 256, "shared layout");
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = warp >> 2;
-	const int64_t N = p.N, K = p.K;
+	const int64_t K = p.K;
 	const int64_t n0 = ntile * ROWS, m0 = mtile * TB;
 	const int32_t KB = (int32_t)((K + 63) >> 6);
 	const int32_t kb_lo = (int32_t)((int64_t)KB * split_z / p.splits);
