@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"errors"
 	"testing"
 
@@ -75,6 +76,11 @@ func TestConfigTable(t *testing.T) {
 		}
 		if c.threads() > 1024 || c.threads()%32 != 0 || c.WK&(c.WK-1) != 0 {
 			t.Fatalf("%s: bad block", c.name())
+		}
+		if c.Kind == linPrompt { // its x layout kernel, found by token tile
+			if want := fmt.Sprintf("glyd_lin_xperm_t%d", c.tokens()); kernelNames[xpermKernel(c.tokens())] != want {
+				t.Fatalf("%s: layout kernel %s, want %s", c.name(), kernelNames[xpermKernel(c.tokens())], want)
+			}
 		}
 	}
 	for _, hopper := range []bool{false, true} {
