@@ -1,8 +1,8 @@
 package gpu
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/glyd/glyd/core/codec"
