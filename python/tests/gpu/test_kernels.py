@@ -222,11 +222,12 @@ def test_linear_every_config(kind):
         _gpu.force_kernel(None)
 
 
-@pytest.mark.parametrize("rows", [1, 16, 64])
+@pytest.mark.parametrize("rows", [1, 16, 64, 96, 300])
 def test_chained_linears_read_the_previous_output(rows):
     # each linear's input is the previous one's output, launched back to back (on
     # sm_90 as programmatic dependent launches: a kernel starts in its predecessor's
-    # tail and must wait for it before reading x or writing y; split K's reduce too).
+    # tail and must wait for it before reading x or writing y; split K's reduce too;
+    # from 65 rows the prompt tiles, after their x layout kernel).
     # The chain's bits must equal those of the same calls with a synchronization
     # between them, eagerly and replayed from a CUDA graph.
     shapes = [(1024, 512), (4096, 1024), (512, 4096), (2048, 512), (512, 2048)]
