@@ -87,7 +87,7 @@ func (c linConfig) smem() int {
 		// 64 k x tokens bf16, overlaid by the epilogue at the end
 		return ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
 	case linPrompt:
-		// escape ranges, stage barriers and counters in the first KiB
+		// the stage barriers and counters in the first KiB
 		return 1024 + max(c.S*c.tokens()*128, tile)
 	}
 	srows := ((c.rows() + 1 + 3) &^ 3) * 4
@@ -104,8 +104,8 @@ func (c linConfig) smem() int {
 //     are re-read by every block, so blocks grow to 32..128 rows;
 //   - 9..64 tokens on sm_90: the wgmma kernel (one instruction per 64 rows x
 //     all tokens x 16 k; kernels/linear.cu) in 16-, 32- and 64-token tiles;
-//   - 65 tokens and more on sm_90: the prompt tiles (128 weight rows, 128 or
-//     256 tokens per block).
+//   - 65 tokens and more on sm_90, and 33..64 on weights of >= 96 tiles: the
+//     prompt tiles (128 weight rows, 64, 128 or 256 tokens per block).
 //
 // Sweeps of the configurations tried and removed: docs/PERFORMANCE.md.
 var linConfigs = []linConfig{
@@ -231,11 +231,11 @@ func (c linConfig) splits(tiles, k, rows int64, slots int) int64 {
 	return max(1, min(target/ctas, maxs, 8))
 }
 
-// workspace returns what a launch of configuration c over tiles weight tiles
-// of n rows in all needs in its workspace, in bytes, for rows tokens and
-// splits: the fp32 partial sums when K is split, then (prompt
-// configurations) x laid out as the stage images of every token tile and
-// k-block, at byte offset xpermAt.
+// workspace returns what a launch of configuration c needs in its workspace,
+// in bytes, for weights of n rows in all, K = k, rows tokens and splits: the
+// fp32 partial sums when K is split, then (prompt configurations) x laid out
+// as the stage images of every token tile and k-block, at byte offset
+// xpermAt.
 func (c linConfig) workspace(n, k, rows, splits int64) (total, xpermAt uint64) {
 	if splits > 1 {
 		total = uint64(splits) * uint64(rows) * uint64(n) * 4
