@@ -366,8 +366,8 @@ int glyd_gpu_linear_workspace_bound(const glyd_gpu_tensor *w, int64_t rows, size
  *         decode it with glyd_gpu_decode and multiply instead).
  *   bias: device, bf16 [N], or NULL.
  *   y:    device, bf16 [rows, N], contiguous; must not overlap x.
- *   workspace: device, workspace_bytes >= glyd_gpu_linear_workspace_bound
- *         (NULL when that is 0).
+ *   workspace: device, 16-byte aligned, workspace_bytes >=
+ *         glyd_gpu_linear_workspace_bound (NULL when that is 0).
  * Accumulates in fp32: y is within bf16 rounding of a bf16 matmul of x and
  * the decoded weight, and deterministic (the same inputs give the same bits). */
 int glyd_gpu_linear(int device, void *stream, const void *x, int64_t rows,
@@ -391,7 +391,8 @@ int glyd_gpu_linear_many_workspace_bound(const glyd_gpu_tensor *w, size_t count,
  *         NULL for no biases.
  *   y:    device; output i, bf16 [rows, N_i] contiguous, starts at byte
  *         2 * rows * (N_0 + ... + N_{i-1}): the outputs end to end.
- *   workspace: device, workspace_bytes >= glyd_gpu_linear_many_workspace_bound.
+ *   workspace: device, 16-byte aligned, workspace_bytes >=
+ *         glyd_gpu_linear_many_workspace_bound.
  * Math as glyd_gpu_linear; the kernel configuration is chosen for the
  * weights of a launch together, so an output may differ from
  * glyd_gpu_linear of its weight alone within bf16 rounding (deterministic

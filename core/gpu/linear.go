@@ -579,6 +579,9 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 	if need > 0 && (workspace == 0 || wsBytes < need) {
 		return status.Errorf(status.BufferTooSmall, "gpu: linear needs %d bytes of workspace (LinearWorkspaceBound), have %d", need, wsBytes)
 	}
+	if c.Kind == linPrompt && workspace%16 != 0 { // the bulk copies read x's stage images from it
+		return status.Errorf(status.InvalidArgument, "gpu: linear workspace must be 16-byte aligned for %d rows, is at %#x", rows, workspace)
+	}
 	if s > 1 {
 		splitK(&p, s, workspace)
 	}

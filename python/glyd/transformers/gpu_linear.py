@@ -60,8 +60,9 @@ A GlydLinear that was never prepared (no handle yet) costs one graph break
 the first time it is traced.
 
 CUDA graphs: both paths are capturable. A call enqueues kernels on the current
-stream, allocates only its output (and, for split-K, a workspace; for the
-prompt path, one weight tile; for exact, the decoded weight) from torch's
+stream, allocates only its output (and a workspace for split-K's partial
+sums and the prompt tiles' copy of x; for the prompt path, one weight tile;
+for exact, the decoded weight) from torch's
 caching allocator, and never synchronizes
 with the host. A weight's device state (the escape index the fused kernel
 reads) is built once, outside any capture: at load (``prepare``, run by the
