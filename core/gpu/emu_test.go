@@ -487,3 +487,60 @@ func TestLinearManyGenericEmulated(t *testing.T) {
 	}
 	runtime.KeepAlive(&mem)
 }
+
+// TestPromptLayoutEmulated runs glyd_lin_xperm_t{64,128,256} (the prompt
+// tiles' copy of x laid out as their shared-memory stages) on the fake
+// libcuda and checks every word against the layout written out here: stage
+// image (mtile, kb) at (mtile*KB + kb) * tb*128 bytes; in it, the 16
+// activations k = kb*64 + 16ch.. of token tok as 8 words at byte
+// (tok/8)*1024 + (tok%8)*16 + 4ch + 128q, word q holding the elements of
+// pair q of decode16's order; tokens past rows and k past K are zeros.
+func TestPromptLayoutEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	if _, err := load(0); err != nil {
+		t.Fatal(err)
+	}
+	pairs := [8][2]int{{0, 4}, {2, 6}, {1, 5}, {3, 7}, {8, 12}, {10, 14}, {9, 13}, {11, 15}}
+	rnd := lcg(31)
+	var mem fakeMemory
+	for _, tc := range []struct{ rows, k, tb int }{{70, 1040, 64}, {130, 128, 128}, {3, 80, 256}} {
+		x := mem.alloc(2 * tc.rows * tc.k)
+		for j := range x {
+			x[j] = byte(rnd())
+		}
+		kb := (tc.k + 63) / 64
+		mt := (tc.rows + tc.tb - 1) / tc.tb
+		dst := mem.alloc(mt * kb * tc.tb * 128)
+		for j := range dst {
+			dst[j] = 0xa5 // poison: every byte must be written
+		}
+		w, _ := mem.weight(t, rnd, 8, int64(tc.k), 1000) // only x, rows and K matter here
+		p := manyParams([]*DeviceTensor{w}, []uintptr{0}, false, addr(x), 0, tc.rows, int64(tc.k))
+		if err := launchXperm(0, 0, &p, tc.tb, addr(dst), false); err != nil {
+			t.Fatal(err)
+		}
+		at := func(m, k int) uint32 {
+			if m >= tc.rows || k >= tc.k {
+				return 0
+			}
+			return uint32(binary.LittleEndian.Uint16(x[2*(m*tc.k+k):]))
+		}
+		for m0 := 0; m0 < mt; m0++ {
+			for b := 0; b < kb; b++ {
+				for tok := 0; tok < tc.tb; tok++ {
+					for ch := 0; ch < 4; ch++ {
+						for q, pr := range pairs {
+							k0 := b*64 + 16*ch
+							want := at(m0*tc.tb+tok, k0+pr[0]) | at(m0*tc.tb+tok, k0+pr[1])<<16
+							o := (m0*kb+b)*tc.tb*128 + tok/8*1024 + tok%8*16 + 4*ch + 128*q
+							if got := binary.LittleEndian.Uint32(dst[o:]); got != want {
+								t.Fatalf("%+v: mtile %d kb %d token %d chunk %d word %d: %#x, want %#x", tc, m0, b, tok, ch, q, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	runtime.KeepAlive(&mem)
+}

@@ -591,8 +591,7 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 	pdl := d.programmatic()
 	if c.Kind == linPrompt {
 		// x as the stage images, first (a programmatic launch too).
-		p.dst = C.glyd_u64(uint64(workspace) + xpermAt)
-		if err := launchAs(dev, xpermKernel(c.tokens()), xpermBlocks(rows, k, c.tokens()), 1, 1, 256, 0, stream, &p, pdl); err != nil {
+		if err := launchXperm(dev, stream, &p, c.tokens(), workspace+uintptr(xpermAt), pdl); err != nil {
 			return err
 		}
 	}
@@ -651,6 +650,14 @@ func manyParams(ws []*DeviceTensor, biases []uintptr, safe bool, x, y uintptr, r
 func splitK(p *C.glyd_kparams, splits int64, workspace uintptr) {
 	p.splits = C.glyd_u32(splits)
 	p.ws = C.glyd_u64(workspace)
+}
+
+// launchXperm lays the x of p out at dst as the stage images of a prompt
+// configuration's token tiles of tb tokens (glyd_lin_xperm_t{tb}) and
+// leaves p.dst = dst for the tile kernel.
+func launchXperm(dev int, stream uintptr, p *C.glyd_kparams, tb int, dst uintptr, pdl bool) error {
+	p.dst = C.glyd_u64(dst)
+	return launchAs(dev, xpermKernel(tb), xpermBlocks(int(p.rows), int64(p.K), tb), 1, 1, 256, 0, stream, p, pdl)
 }
 
 // xpermKernel is the kernel index of glyd_lin_xperm_t{tb} (tb 64, 128 or

@@ -1,7 +1,7 @@
 // fakecuda.cc — a fake libcuda.so.1 that runs the pack kernels of
 // kernels/pack.cu, the fixed12 decode / escape index kernels of
-// kernels/decode.cu, the split-K reduce and generic kernel of
-// kernels/linear.cu and the transposed experts, SwiGLU and routing-id kernels
+// kernels/decode.cu, the split-K reduce, generic kernel and x layout kernels
+// of kernels/linear.cu and the transposed experts, SwiGLU and routing-id kernels
 // of kernels/moe.cu on the CPU, with "device memory" = host memory. Tests
 // only: core/gpu's *Emulated tests run the real host code (driver.c, pack.go,
 // decode.go, linear.go, moe.go, route.go) against it when GLYD_FAKE_CUDA is
@@ -140,6 +140,13 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float expf(float v) { return std::exp(v); }
 inline int __any_sync(unsigned, int pred) { return __ballot_sync(0xffffffffu, pred) != 0; }
 #include "moe_tail.inc" // glyd_moe_silu_mul, glyd_moe_combine, glyd_moe_row_experts (moe.cu)
+// For the prompt tiles' x layout kernels (linear.cu): a plain 16-byte load.
+inline uint4 ld_act16(const void *p) {
+	uint4 v;
+	memcpy(&v, p, 16);
+	return v;
+}
+#include "prompt_x.inc" // stage_offset, permute_x16, glyd_lin_xperm_t* (linear.cu)
 } // namespace emu_decode
 
 typedef void (*kfn)(const glyd_kparams);
@@ -166,6 +173,9 @@ static kern kernels[] = {
     {"glyd_lin_f12_generic", emu_decode::glyd_lin_f12_generic},
     {"glyd_moe_silu_mul", emu_decode::glyd_moe_silu_mul},
     {"glyd_moe_row_experts", emu_decode::glyd_moe_row_experts},
+    {"glyd_lin_xperm_t64", emu_decode::glyd_lin_xperm_t64},
+    {"glyd_lin_xperm_t128", emu_decode::glyd_lin_xperm_t128},
+    {"glyd_lin_xperm_t256", emu_decode::glyd_lin_xperm_t256},
 };
 static kern unknown = {"unknown", nullptr};
 

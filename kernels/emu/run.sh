@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kernels/emu/run.sh — build the fake libcuda.so.1 (kernels/emu/fakecuda.cc:
-# kernels/pack.cu, decode.cu's fixed12 kernels, linear.cu's split-K reduce and
-# generic kernel, moe.cu's transposed experts, SwiGLU, combine and routing-id kernels on
+# kernels/pack.cu, decode.cu's fixed12 kernels, linear.cu's split-K reduce,
+# generic kernel and x layout kernels, moe.cu's transposed experts, SwiGLU,
+# combine and routing-id kernels on
 # the CPU) and run core/gpu's emulated tests
 # against it.
 set -euo pipefail
@@ -17,6 +18,10 @@ awk '/^\/\/ Per-byte add/{on=1} /^\/\/ -----/{on=0} /^\/\/ Escape index for the 
 # experts kernels.
 awk '/^\/\/ The exponents of 8 weights from their 4-bit codes/{on=1} /^\/\/ 16 weights of one row/{on=0} /^\/\/ The escape correction of one output/{on=1} /^__device__ __forceinline__ uint32_t ld_u32/{on=0} /^\/\/ A dense launch.s parameters for its segment/{on=1} /^\/\/ Hopper \(sm_90a\): the same decode/{on=0} /^extern "C" __global__ void __launch_bounds__\(128\) glyd_lin_f12_generic/{on=1} on' kernels/linear.cu > "$OUT/linear_helpers.inc"
 awk '/^\/\/ The z-th expert \(0-based\)/{on=1} /^\/\/ The parameters of expert e for the tile code/{on=0} /^\/\/ Transposed experts:/{on=1} /^\/\/ Bin of a routing id/{on=0} on' kernels/moe.cu > "$OUT/moe_transposed.inc"
+# linear.cu's x layout of the prompt tiles: stage_offset, permute_x16 and the glyd_lin_xperm kernels.
+{ awk '/^\/\/ A 64-k block of activations in shared memory/,/^}/' kernels/linear.cu
+  awk '/^\/\/ 16 activations \(a = elements 0..7/,/^}/' kernels/linear.cu
+  awk '/^\/\/ x \[rows, K\] as the prompt tiles. stage images/,/glyd_lin_xperm_t256/' kernels/linear.cu; } > "$OUT/prompt_x.inc"
 # moe.cu's 8-feature load/store helpers, SwiGLU, combine and routing-id kernels (from the helpers' comment to the end).
 awk '/^\/\/ 8 bf16 features at src/{on=1} on' kernels/moe.cu > "$OUT/moe_tail.inc"
 g++ -std=c++20 -O1 -g -fPIC -shared -Wno-unknown-pragmas -I"$OUT" -o "$OUT/libcuda.so.1" kernels/emu/fakecuda.cc -lpthread
