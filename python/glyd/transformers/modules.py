@@ -30,6 +30,7 @@ decode to bf16, then the very torch op of the bf16 model (D9 of the design).
 
 from __future__ import annotations
 
+import copyreg
 import inspect
 import re
 import threading
@@ -339,6 +340,16 @@ class _RoutedGroups:
 _CLASS_CACHE: dict = {}
 
 
+class _PackedClass(type):
+    """Metaclass of the subclasses packed_class makes at load. They live in no
+    module, so pickle cannot find them by name; they are pickled as the call
+    that makes them, packed_class(base, experts) (copyreg below), and
+    torch.save / pickle of a model with packed modules works."""
+
+
+copyreg.pickle(_PackedClass, lambda c: (packed_class, (c._glyd_base, c._glyd_experts)))
+
+
 def _routing_arg_position(cls) -> Optional[int]:
     try:
         sig = inspect.signature(cls.forward)
@@ -365,10 +376,11 @@ def packed_class(cls: type, experts: bool) -> type:
     new = _CLASS_CACHE.get(key)
     if new is None:
         bases = (GlydExperts, cls) if experts else (GlydModule, cls)
-        ns = {"__module__": __name__, "__qualname__": "Glyd" + cls.__name__}
+        ns = {"__module__": __name__, "__qualname__": "Glyd" + cls.__name__,
+              "_glyd_base": cls, "_glyd_experts": experts}
         if experts:
             ns["_glyd_routing_arg"] = _routing_arg_position(cls)
-        new = type("Glyd" + cls.__name__, bases, ns)
+        new = _PackedClass("Glyd" + cls.__name__, bases, ns)
         _CLASS_CACHE[key] = new
     return new
 
