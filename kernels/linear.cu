@@ -776,23 +776,24 @@ GLYD_LINW(32, 2, 4, 2, 2, (320))
 GLYD_LINW(32, 1, 4, 4, 2, (192, 3))
 GLYD_LINW(64, 1, 4, 4, 4, (256))
 
-// Hopper (sm_90a), many tokens (prompts, large batches): the wgmma tile
-// with two consumer warpgroups on 128 weight rows (warpgroup c owns rows
+// Hopper (sm_90a), many tokens (prompts, large batches): the wgmma tile with
+// two consumer warpgroups on 128 weight rows (warpgroup c owns rows
 // 64c..64c+63, warp w of the block rows 16w..16w+15) sharing each stage of
-// TB tokens, taking turns at the tensor cores (below), so one warpgroup's
-// decode runs under the other's wgmma's. The
-// activations come by the bulk copy engine from a copy of x laid out as the
+// TB tokens and taking turns at the tensor cores (below), so that one
+// warpgroup's decode runs under the other's wgmma's.
+// Activations come by the bulk copy engine from a copy of x laid out as the
 // stages (glyd_lin_xperm_t{TB}, launched just before, into p.dst): stage
 // image (mtile, kb) at p.dst + (mtile * KB + kb) * TB * 128, KB the 64-k
-// blocks of K. Escapes: each lane puts the true bits of its rows' escapes
-// into the decoded fragments (RowEscapes: one compare per row and k-block,
-// rare loads), so the products are exact and the epilogue has no escape
-// loop (at 512 tokens that loop, 32 groups of 8 tokens per escape with a
-// dependent load each, took a quarter of the kernel). No producer warp (a ninth warp would cap every thread at 168
+// blocks of K. No producer warp (a ninth warp would cap every thread at 168
 // registers: three warps on one scheduler's register file): thread 0 starts
-// the first S copies, and the last of the 8 warps to finish its wgmma's on
-// a stage (a shared counter) starts the stage's next copy; each copy
-// completes on the stage's mbarrier FULL[s], whose phase the warps wait on.
+// the first S copies, and the last of the 8 warps to finish its wgmma's on a
+// stage (a shared counter) starts the stage's next copy; each copy completes
+// on the stage's mbarrier FULL[s], whose phase the warps wait on.
+// Escapes: each lane puts the true bits of its rows' escapes into the
+// decoded fragments (RowEscapes: one compare per row and k-block, rare
+// loads), so the products are exact and the epilogue has no escape loop (at
+// 512 tokens that loop, 32 groups of 8 tokens per escape with a dependent
+// load each, took a quarter of the kernel).
 // Shared memory: FULL[S] at byte 640, the counters at 768, the stages from
 // byte 1024, overlaid by the epilogue's [TB][129] tile.
 template <int TB, int S, int U, bool SAFE>
