@@ -10,16 +10,6 @@
 # Results are wrong by design. The builds run one after another: they share core/gpu's fatbin.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-NVCC=${NVCC:-$(find .tools/nvcc -path '*nvidia/cu13/bin/nvcc' -type f | head -1)}
-export PATH="$(dirname "$NVCC"):$PATH"
-git diff --quiet kernels/linear.cu core/gpu/kernels.fatbin || { echo "prompt_diag: commit or stash kernels/linear.cu and the fatbin first" >&2; exit 1; }
-restore() { git checkout -q kernels/linear.cu core/gpu/kernels.fatbin; make -s lib >/dev/null; }
-trap restore EXIT
-git apply python/benchmarks/prompt_diag.patch
-for d in 1 2 3 4; do
-	"$NVCC" -fatbin -O3 -std=c++17 -Xfatbin=-compress-all -DGLYD_DIAG_PROMPT=$d -gencode=arch=compute_90a,code=sm_90a \
-		-o core/gpu/kernels.fatbin kernels/glyd.cu
-	make -s lib >/dev/null
-	mkdir -p build/diag$d && cp build/libglyd.so build/diag$d/libglyd.so
-	echo "prompt_diag: build/diag$d/libglyd.so"
-done
+source python/benchmarks/diag_lib.sh
+diag_setup prompt_diag python/benchmarks/prompt_diag.patch
+for d in 1 2 3 4; do diag_build build/diag$d -DGLYD_DIAG_PROMPT=$d; done

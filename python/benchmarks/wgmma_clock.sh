@@ -9,14 +9,6 @@
 # they are read, so totals run slightly above the real kernel's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-NVCC=${NVCC:-$(find .tools/nvcc -path '*nvidia/cu13/bin/nvcc' -type f | head -1)}
-export PATH="$(dirname "$NVCC"):$PATH"
-git diff --quiet kernels/linear.cu core/gpu/kernels.fatbin || { echo "wgmma_clock: commit or stash kernels/linear.cu and the fatbin first" >&2; exit 1; }
-restore() { git checkout -q kernels/linear.cu core/gpu/kernels.fatbin; make -s lib >/dev/null; }
-trap restore EXIT
-git apply python/benchmarks/wgmma_clock.patch
-"$NVCC" -fatbin -O3 -std=c++17 -Xfatbin=-compress-all -DGLYD_DIAG_CLOCK -gencode=arch=compute_90a,code=sm_90a \
-  -o core/gpu/kernels.fatbin kernels/glyd.cu
-make -s lib >/dev/null
-mkdir -p build/diag && cp build/libglyd.so build/diag/libglyd.so
-echo "wgmma_clock: build/diag/libglyd.so"
+source python/benchmarks/diag_lib.sh
+diag_setup wgmma_clock python/benchmarks/wgmma_clock.patch
+diag_build build/diag -DGLYD_DIAG_CLOCK
