@@ -669,7 +669,7 @@ func xpermKernel(tb int) int { return kLinXperm + bits.TrailingZeros(uint(tb)) -
 // a large GPU (the kernel strides over the rest).
 func xpermBlocks(rows int, k int64, tb int) uint32 {
 	items := (int64(rows) + int64(tb) - 1) / int64(tb) * int64(tb) * ((k + 63) / 64) * 4
-	return uint32(min((items+255)/256, 8*132))
+	return gridFor(uint64(items), 256, 8*132)
 }
 
 // reduceBlocks is the grid of glyd_lin_reduce: one thread per output.
