@@ -80,10 +80,12 @@ extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter_groups(con
 }
 
 // The z-th expert (0-based) that has rows, with its rows [*r0, *r1); -1 if
-// fewer experts have rows. Warp-wide (every lane returns the same). Each pass
-// issues the loads of 32*CH offsets before using any.
+// fewer experts have rows (then *r0 = how many have). Warp-wide (every lane
+// returns the same). Each pass issues the loads of 32*CH offsets before
+// using any.
 __device__ __forceinline__ int64_t nth_expert(const int32_t *offs, int64_t E, int64_t R, int64_t z, int64_t *r0,
                                               int64_t *r1) {
+	const int64_t z0 = z;
 	constexpr int CH = 8;
 	const int lane = threadIdx.x & 31;
 	int64_t carry = 0; // clamped end row of the expert before this pass
@@ -113,17 +115,18 @@ __device__ __forceinline__ int64_t nth_expert(const int32_t *offs, int64_t E, in
 			z -= c;
 		}
 	}
+	*r0 = z0 - z;
 	return -1;
 }
 
-// This block's expert: the blockIdx.z-th expert that has rows (warp 0 scans
-// p.offs, the block reads the answer from shared memory), with its rows
-// [*r0, *r1); -1 if fewer experts have rows (the block has nothing to do).
-__device__ __forceinline__ int64_t block_expert(const glyd_kparams &p, int64_t *r0, int64_t *r1) {
+// This block's expert: the z-th expert that has rows (warp 0 scans p.offs,
+// the block reads the answer from shared memory), with its rows [*r0, *r1);
+// -1 if fewer experts have rows (the block has nothing to do).
+__device__ __forceinline__ int64_t block_expert(const glyd_kparams &p, int64_t z, int64_t *r0, int64_t *r1) {
 	__shared__ int64_t pick[3];
 	if (threadIdx.x < 32) {
 		int64_t a = 0, b = 0;
-		const int64_t e = nth_expert((const int32_t *)p.offs, p.num_experts, p.rows, blockIdx.z, &a, &b);
+		const int64_t e = nth_expert((const int32_t *)p.offs, p.num_experts, p.rows, z, &a, &b);
 		if (threadIdx.x == 0) {
 			pick[0] = e;
 			pick[1] = a;
@@ -134,6 +137,29 @@ __device__ __forceinline__ int64_t block_expert(const glyd_kparams &p, int64_t *
 	*r0 = pick[1];
 	*r1 = pick[2];
 	return pick[0];
+}
+
+// How many experts have rows (warp 0 counts, the block reads the answer;
+// every thread of the block calls it).
+__device__ __forceinline__ int64_t experts_with_rows(const glyd_kparams &p) {
+	__shared__ int64_t count;
+	if (threadIdx.x < 32) {
+		int64_t a = 0, b = 0;
+		nth_expert((const int32_t *)p.offs, p.num_experts, p.rows, INT64_MAX, &a, &b);
+		if (threadIdx.x == 0) count = a;
+	}
+	__syncthreads();
+	return count;
+}
+
+// The slices of the Ri input rows each of the A experts with rows gets from
+// the S x Z blocks of a column tile of the transposed kernel: S x Z / A,
+// at most max(S, min(Ri / 64, 32)) (each warp keeps >= 8 rows; the host's
+// workspace bound, core/gpu transposedSplits); S when A = Z.
+__device__ __forceinline__ int64_t skew_splits(int64_t S, int64_t Z, int64_t A, int64_t Ri) {
+	const int64_t cap = S > (Ri / 64 < 32 ? Ri / 64 : 32) ? S : (Ri / 64 < 32 ? Ri / 64 : 32);
+	const int64_t s = A > 0 ? S * Z / A : S;
+	return s < cap ? s : cap;
 }
 
 // The parameters of expert e for the tile code: its planes, escape index,
@@ -163,7 +189,7 @@ __device__ __forceinline__ void expert_tiles(const glyd_kparams &p, Tile tile) {
 	griddep_launch();
 	griddep_wait(); // the offsets and x are the previous kernels' outputs
 	int64_t r0, r1;
-	const int64_t e = block_expert(p, &r0, &r1);
+	const int64_t e = block_expert(p, blockIdx.z, &r0, &r1);
 	if (e < 0) return;
 	const glyd_kparams q = expert_params(p, e, r0, r1);
 	for (int64_t mt = 0; mt * TB < q.rows; mt++) tile(q, mt);
@@ -376,17 +402,30 @@ template <int TT>
 __device__ __forceinline__ void transposed_experts(const glyd_kparams &p) {
 	__shared__ float red[7][TT][256]; // warps 1..7: [warp-1][token][column in the tile]
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	// The S x Z blocks of a column tile (grid y, z) go to the A experts with
+	// rows, S2 = skew_splits(...) slices of input rows each: S when all Z
+	// expert slots have rows (A = Z), more when the rows crowd into fewer.
+	// Not in the one-token kernel (rows <= experts): at its 64-register cap
+	// the remap spilled.
+	uint32_t slot = blockIdx.z, split = blockIdx.y, S2 = gridDim.y;
+	if (TT > 1 && gridDim.z > 1) {
+		const int64_t A = experts_with_rows(p);
+		S2 = (uint32_t)skew_splits(gridDim.y, gridDim.z, A, p.K);
+		const uint32_t L = blockIdx.z * gridDim.y + blockIdx.y;
+		slot = L / S2;
+		split = L % S2;
+		if (slot >= A) return;
+	}
 	int64_t m0, m1;
-	const int64_t e = block_expert(p, &m0, &m1);
+	const int64_t e = block_expert(p, slot, &m0, &m1);
 	if (e < 0) return;
 	const glyd_expert ex = ((const glyd_expert *)p.experts)[e];
 	const int64_t Ri = p.K, Co = p.N;
 	const int64_t c = (int64_t)blockIdx.x * 256 + lane * 8;
 	const bool cok = c < Co;
-	const int64_t S = gridDim.y;
-	const int64_t r_lo = Ri * blockIdx.y / S, r_hi = Ri * (blockIdx.y + 1) / S;
+	const int64_t r_lo = Ri * split / S2, r_hi = Ri * (split + 1) / S2;
 	const uint16_t *x = (const uint16_t *)p.x;
-	float *ws = (float *)p.ws + (size_t)blockIdx.y * (size_t)p.rows * (size_t)Co;
+	float *ws = (float *)p.ws + (size_t)split * (size_t)p.rows * (size_t)Co;
 	for (int64_t t0 = m0; t0 < m1; t0 += TT) {
 		float acc[TT][8];
 #pragma unroll
@@ -435,11 +474,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) glyd_lin_f12t1_experts(cons
 	transposed_experts<1>(p);
 }
 
-// y[m][c] = bf16(the sum, in split order, of ws[s][m][c] over the p.splits splits) for
+// y[m][c] = bf16(the sum, in split order, of ws[s][m][c] over the splits the kernel used) for
 // rows m below the clamped offs[E-1] (rows routed nowhere are not written).
 extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_reduce(const glyd_kparams p) {
 	griddep_launch();
 	griddep_wait();
+	// The splits the transposed kernel used (skew_splits of its grid's S and
+	// Z = min(experts, rows); the one-token kernel, rows <= experts, keeps S).
+	const int64_t S2 = p.rows > p.num_experts && p.num_experts > 1
+	                       ? skew_splits(p.splits, p.num_experts, experts_with_rows(p), p.K)
+	                       : p.splits;
 	int64_t total = ((const int32_t *)p.offs)[p.num_experts - 1];
 	total = total < 0 ? 0 : (total > p.rows ? p.rows : total);
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -447,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(256) glyd_lin_f12t_reduce(const gly
 	const float *ws = (const float *)p.ws;
 	const size_t plane = (size_t)p.rows * (size_t)p.N;
 	float v = 0.f;
-	for (uint32_t s = 0; s < p.splits; s++) v += ws[(size_t)s * plane + i];
+	for (int64_t s = 0; s < S2; s++) v += ws[(size_t)s * plane + i];
 	((uint16_t *)p.y)[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 

@@ -181,9 +181,21 @@ func TestPackEmulated(t *testing.T) {
 // otherwise.
 func TestTransposedExpertsEmulated(t *testing.T) {
 	needFakeCUDA(t)
+	// 600 input rows (up to 9 slices); 264 columns: a partial second tile.
+	// Three experts: 1 and 3 rows (<= 3 experts: one token per pass), 8 rows
+	// on two of them; sixteen: 17 rows all on one expert, then on two (the
+	// kernel gives the busy experts the idle ones' slices: 8 -> 9 each).
+	transposedExperts(t, 3, [][]int32{{0, 1, 0}, {2, 0, 1}, {5, 3, 0}})
+	transposedExperts(t, 16, [][]int32{{0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		{0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0}})
+}
+
+// transposedExperts checks LinearExperts on e transposed experts [600, 264]
+// for each list of rows per expert, against a float64 reference.
+func transposedExperts(t *testing.T, e int, countsList [][]int32) {
 	rnd := lcg(5)
 	bf := func(v float64) uint16 { return bf16.FromFloat32(float32(v)) }
-	const e, in, out = 3, 600, 264 // 600 input rows: 9 splits; 264 columns: a partial second tile
+	const in, out = 600, 264
 	w := make([]uint16, e*in*out)
 	for i := range w {
 		switch {
@@ -203,13 +215,13 @@ func TestTransposedExpertsEmulated(t *testing.T) {
 		w[(x*in+100)*out+5] = 0x4f00 // outliers
 		w[(x*in+in-1)*out+out-1] = 0x8001
 	}
-	pk, err := codec.Pack(w, codec.BF16, []int64{e, in, out}, codec.Options{Layout: codec.Fixed12, Groups: e})
+	pk, err := codec.Pack(w, codec.BF16, []int64{int64(e), in, out}, codec.Options{Layout: codec.Fixed12, Groups: e})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mem fakeMemory
 	aligned := mem.alloc
-	d := mem.tensor(pk, []int64{e, in, out})
+	d := mem.tensor(pk, []int64{int64(e), in, out})
 	tb, err := ExpertsTableBytes(d)
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +230,7 @@ func TestTransposedExpertsEmulated(t *testing.T) {
 	if err := BuildExpertsTable(0, 0, d, uintptr(unsafe.Pointer(&table[0]))); err != nil {
 		t.Fatal(err)
 	}
-	for _, counts := range [][]int32{{0, 1, 0}, {2, 0, 1}, {5, 3, 0}} { // 1, 3 (<= 3 experts: one token per pass), 8 rows
+	for _, counts := range countsList {
 		rows := int64(0)
 		offs := make([]int32, e)
 		for i, c := range counts {

@@ -249,8 +249,10 @@ func transposedOne(e, rows int64) bool { return rows <= e }
 // transposedSplits is how many slices of the input rows the transposed
 // kernel sums separately (grid y): as many as keep the blocks within one
 // wave of a 132-SM GPU at the kernel's blocks per SM, each warp with >= 8
-// input rows. A constant of the shapes only, so the workspace bound and the
-// result bits do not depend on the GPU.
+// input rows, when the rows spread over min(e, rows) experts. A constant of
+// the shapes only, so the workspace bound and the result bits do not depend
+// on the GPU. When fewer experts get rows, the kernel gives each more slices
+// (kernels/moe.cu, skew_splits), up to transposedSplitsMax.
 func transposedSplits(e, ri, co, rows int64) int64 {
 	z := min(e, rows)
 	tiles := (co + 255) / 256
@@ -261,6 +263,18 @@ func transposedSplits(e, ri, co, rows int64) int64 {
 	return max(1, min(perSM*splitTarget/2/(tiles*z), ri/64, 32))
 }
 
+// transposedSplitsMax is the most slices the transposed kernel gives an
+// expert (kernels/moe.cu, skew_splits): the S x Z blocks of a column tile
+// all on one expert, at most max(S, min(ri/64, 32)); S in the one-token
+// kernel.
+func transposedSplitsMax(e, ri, co, rows int64) int64 {
+	s := transposedSplits(e, ri, co, rows)
+	if transposedOne(e, rows) {
+		return s
+	}
+	return max(s, min(s*min(e, rows), ri/64, 32))
+}
+
 // ExpertsWorkspaceBound is the workspace LinearExperts needs, in bytes: 0 for
 // the linear layout, the fp32 partial sums [S][rows][out] for transposed
 // experts.
@@ -269,7 +283,7 @@ func ExpertsWorkspaceBound(w *DeviceTensor, rows int64, transposed bool) (uint64
 	if err != nil || !transposed || rows <= 0 {
 		return 0, err
 	}
-	return uint64(transposedSplits(e, n, k, rows)) * uint64(rows) * uint64(k) * 4, nil
+	return uint64(transposedSplitsMax(e, n, k, rows)) * uint64(rows) * uint64(k) * 4, nil
 }
 
 // LinearExperts computes, for every expert e, y[r] = x[r]·W[e]ᵀ (+ bias[e])
@@ -329,7 +343,7 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 	setOperands(&p, x, bias, y, rows, n, k)
 	if transposed {
 		s := transposedSplits(e, n, k, rows)
-		if need := uint64(s) * uint64(rows) * uint64(k) * 4; ws == 0 || wsBytes < need {
+		if need := uint64(transposedSplitsMax(e, n, k, rows)) * uint64(rows) * uint64(k) * 4; ws == 0 || wsBytes < need {
 			return status.Errorf(status.BufferTooSmall, "gpu: transposed experts need %d bytes of workspace (ExpertsWorkspaceBound), have %d", need, wsBytes)
 		}
 		tiles := (k + 255) / 256
