@@ -735,8 +735,12 @@ def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor
 #: without a host synchronization (rows with a non-zero score gathered on the
 #: device); above, on a GPU, every expert decoded and torch's grouped_mm over
 #: the gathered rows, also without one (elsewhere one synchronization and
-#: per-expert calls).
-ALL_EXPERTS_GROUPED_TOKENS = 16
+#: per-expert calls). GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS overrides it.
+#: Llama-4-Scout block on the H200 (session 12, grouped kernel vs decode-all):
+#: 17 tokens 0.95 vs 3.12 ms, 32 1.29 vs 3.23, 64 2.23 vs 3.42, 128 3.26 vs
+#: 3.56, 256 6.03 vs 3.58 (it was 16, when 17 rows on one expert took the
+#: transposed kernel 675 us instead of 254).
+ALL_EXPERTS_GROUPED_TOKENS = 128
 
 
 def _all_experts_path(module, spec: _Spec, hidden: torch.Tensor) -> str:
@@ -745,7 +749,7 @@ def _all_experts_path(module, spec: _Spec, hidden: torch.Tensor) -> str:
     "nosync" above on a GPU within the routing kernels' limits, else "all-experts"."""
     flat = hidden.reshape(-1, hidden.shape[-1])
     T = flat.shape[0] // max(spec.num_experts, 1)
-    if T <= ALL_EXPERTS_GROUPED_TOKENS:
+    if T <= int(os.environ.get("GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS", ALL_EXPERTS_GROUPED_TOKENS)):
         return "grouped-kernel" if grouped_kernel(module, spec, hidden.device) else "all-experts"
     if flat.device.type == "cuda" and _route_on_device(spec, flat, T * spec.num_experts):
         return "nosync"

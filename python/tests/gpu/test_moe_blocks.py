@@ -77,7 +77,7 @@ def test_block_sizes(blocks):
     assert small < 0.78 * orig  # fixed12: 12 bits + escapes + per-group metadata
 
 
-@pytest.mark.parametrize("tokens", [1, 4, 64])
+@pytest.mark.parametrize("tokens", [1, 4, 64, 256])
 def test_decode_step_graph(blocks, tokens):
     """At decode sizes the default path is the grouped kernel (Llama 4's
     transposed experts included), for a Llama 4 prompt decode-all + grouped_mm
