@@ -198,7 +198,7 @@ func init() {
 }
 
 // maxDynSmem is the largest dynamic shared memory any configuration asks for.
-const maxDynSmem = 130 * 1024
+const maxDynSmem = 134 * 1024
 
 type device struct {
 	once sync.Once

@@ -87,8 +87,9 @@ func (c linConfig) smem() int {
 		// 64 k x tokens bf16, overlaid by the epilogue at the end
 		return ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
 	case linPrompt:
-		// the stage barriers and counters in the first KiB
-		return 1024 + max(c.S*c.tokens()*128, tile)
+		// the stage barriers and counters in the first KiB; the epilogue's
+		// tile has rows of rows() + 4 floats (kernels/linear.cu, prompt_epilogue)
+		return 1024 + max(c.S*c.tokens()*128, c.tokens()*(c.rows()+4)*4)
 	}
 	srows := ((c.rows() + 1 + 3) &^ 3) * 4
 	return srows + max(tree, tile)
