@@ -79,7 +79,12 @@ func (c linConfig) threads() int {
 
 // smem is the dynamic shared memory of a block, as the kernel lays it out.
 func (c linConfig) smem() int {
-	tile := c.tokens() * (c.rows() + 1) * 4
+	// block_epilogue's tile: [tokens][rows + 4] from 64 tokens, else [tokens][rows + 1]
+	pad := 1
+	if c.tokens() >= 64 {
+		pad = 4
+	}
+	tile := c.tokens() * (c.rows() + pad) * 4
 	tree := (c.WK / 2) * c.rows() * c.tokens() * 4
 	switch c.Kind {
 	case linWgmma:
@@ -87,9 +92,8 @@ func (c linConfig) smem() int {
 		// 64 k x tokens bf16, overlaid by the epilogue at the end
 		return ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
 	case linPrompt:
-		// the stage barriers and counters in the first KiB; the epilogue's
-		// tile has rows of rows() + 4 floats (kernels/linear.cu, prompt_epilogue)
-		return 1024 + max(c.S*c.tokens()*128, c.tokens()*(c.rows()+4)*4)
+		// the stage barriers and counters in the first KiB
+		return 1024 + max(c.S*c.tokens()*128, tile)
 	}
 	srows := ((c.rows() + 1 + 3) &^ 3) * 4
 	return srows + max(tree, tile)
