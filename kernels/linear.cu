@@ -163,12 +163,20 @@ struct WBatch {
 	uint2 c[U][MT][2];
 };
 
+// Whether a tile finishes 4 outputs per step (block_epilogue's VEC). Measured
+// on the H200 against one output per step: the prompt tiles 5-8% faster
+// (table 1, 128-512 tokens, session 12), the 64-token wgmma tile 2% (o 9%,
+// down 4%; session 13); slower are the 1-32-token tiles (1 token 0.786 ->
+// 0.86, session 12) and the grouped experts tiles of 64 and 128 tokens (MoE
+// blocks at 512 tokens 8-12%, session 13). core/gpu/linear.go (smem) knows.
+template <int TB, bool DENSE> struct vec_epilogue { static constexpr bool value = DENSE && TB >= 64; };
+
 // Block epilogue shared by the kernels: reduce the WK warps' accumulators
-// (tree, fixed order), then write the [TB][ROWS+1] tile and either finish the
+// (tree, fixed order), then write the tile and either finish the
 // outputs (escapes, bias, bf16) or store the split-K partials of split
 // split_z. srows holds the escape ranges of the block's rows. Ends with the
 // block in sync.
-template <int MT, int NT, int WN, int WK, bool SAFE>
+template <int MT, int NT, int WN, int WK, bool SAFE, bool VEC>
 __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red, const uint32_t *srows,
                                                float (&acc)[MT][NT][4], int64_t n0, int64_t m0,
                                                uint32_t split_z) {
@@ -205,15 +213,12 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 			__syncthreads();
 		}
 	}
-	// VEC (tiles of 64 tokens or more): 4 consecutive outputs of one token
-	// per item, one 16-byte load from a [TB][ROWS+4] tile (rows 16-byte
-	// aligned; the fragment stores conflict-free, 2 * LD = 8 mod 32 banks)
-	// and one 8-byte store of y (one 16-byte store of fp32 partials), scalar
-	// where N or the pointers do not allow. Session 12: the prompt tiles 5-8%
-	// faster with it (table 1, 128-512 tokens), the 64-token wgmma tile's o
-	// and down 9% / 4%; the 1-32-token tiles slower (1 token 0.786 -> 0.86),
-	// so they keep one output per step, [TB][ROWS+1].
-	constexpr bool VEC = TB >= 64;
+	// VEC (the dense tiles of 64 tokens or more, vec_epilogue): 4 consecutive
+	// outputs of one token per item, one 16-byte load from a [TB][ROWS+4]
+	// tile (rows 16-byte aligned; the fragment stores conflict-free, 2 * LD =
+	// 8 mod 32 banks) and one 8-byte store of y (one 16-byte store of fp32
+	// partials), scalar where N or the pointers do not allow. Else one output
+	// per step from a [TB][ROWS+1] tile.
 	constexpr int LD = VEC ? ROWS + 4 : ROWS + 1;
 	float *tile = red;
 	if (wk == 0) {
@@ -460,7 +465,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 		cur = nxt;
 	}
 
-	block_epilogue<MT, NT, WN, WK, SAFE>(p, red, srows, acc, n0, m0, split_z);
+	block_epilogue<MT, NT, WN, WK, SAFE, vec_epilogue<8 * NT, DEP>::value>(p, red, srows, acc, n0, m0, split_z);
 }
 
 // A dense launch's parameters for its segment sel (glyd_kparams.seg), whose
@@ -799,7 +804,7 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 			for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[0][j][i])::"memory");
 	}
 	__syncthreads(); // the epilogue's tree and tile overlay the stages
-	block_epilogue<1, NT, 4, KG, SAFE>(p, (float *)ring, srows, acc, n0, m0, split_z);
+	block_epilogue<1, NT, 4, KG, SAFE, vec_epilogue<TB, DEP>::value>(p, (float *)ring, srows, acc, n0, m0, split_z);
 #else
 	__trap(); // the host picks these kernels on sm_90 only
 #endif
@@ -950,7 +955,7 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 	__syncthreads(); // the epilogue's tile overlays the stages
 	glyd_kparams q = p;
 	q.escrows = 0; // the escapes are in the products already
-	block_epilogue<1, NT, 8, 1, SAFE>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
+	block_epilogue<1, NT, 8, 1, SAFE, true>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
 #else
 	__trap(); // the host picks these kernels on sm_90 only
 #endif

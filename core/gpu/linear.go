@@ -77,11 +77,17 @@ func (c linConfig) threads() int {
 	return 32*c.WN*c.WK + 32*c.PW
 }
 
-// smem is the dynamic shared memory of a block, as the kernel lays it out.
-func (c linConfig) smem() int {
-	// block_epilogue's tile: [tokens][rows + 4] from 64 tokens, else [tokens][rows + 1]
+// smem is the dynamic shared memory of a block of the dense kernel, as it lays it out.
+func (c linConfig) smem() int { return c.smemWith(c.tokens() >= 64) }
+
+// groupedSmem is smem for the grouped experts kernel (kernels/moe.cu).
+func (c linConfig) groupedSmem() int { return c.smemWith(false) }
+
+// smemWith: block_epilogue's tile is [tokens][rows + 4] where it finishes 4
+// outputs per step (vec: kernels/linear.cu, vec_epilogue), else [tokens][rows + 1].
+func (c linConfig) smemWith(vec bool) int {
 	pad := 1
-	if c.tokens() >= 64 {
+	if vec {
 		pad = 4
 	}
 	tile := c.tokens() * (c.rows() + pad) * 4
