@@ -163,12 +163,20 @@ struct WBatch {
 	uint2 c[U][MT][2];
 };
 
+// Whether a tile finishes 4 outputs per step (block_epilogue's VEC). Measured
+// on the H200 against one output per step: the prompt tiles 5-8% faster
+// (table 1, 128-512 tokens, session 12), the 64-token wgmma tile 2% (o 9%,
+// down 4%; session 13); slower are the 1-32-token tiles (1 token 0.786 ->
+// 0.86, session 12) and the grouped experts tiles of 64 and 128 tokens (MoE
+// blocks at 512 tokens 8-12%, session 13). core/gpu/linear.go (smem) knows.
+template <int TB, bool DENSE> struct vec_epilogue { static constexpr bool value = DENSE && TB >= 64; };
+
 // Block epilogue shared by the kernels: reduce the WK warps' accumulators
-// (tree, fixed order), then write the [TB][ROWS+1] tile and either finish the
+// (tree, fixed order), then write the tile and either finish the
 // outputs (escapes, bias, bf16) or store the split-K partials of split
 // split_z. srows holds the escape ranges of the block's rows. Ends with the
 // block in sync.
-template <int MT, int NT, int WN, int WK, bool SAFE>
+template <int MT, int NT, int WN, int WK, bool SAFE, bool VEC>
 __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red, const uint32_t *srows,
                                                float (&acc)[MT][NT][4], int64_t n0, int64_t m0,
                                                uint32_t split_z) {
@@ -205,8 +213,14 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 			__syncthreads();
 		}
 	}
-	constexpr int LD = ROWS + 1;
-	float *tile = red; // [TB][ROWS+1]
+	// VEC (the dense tiles of 64 tokens or more, vec_epilogue): 4 consecutive
+	// outputs of one token per item, one 16-byte load from a [TB][ROWS+4]
+	// tile (rows 16-byte aligned; the fragment stores conflict-free, 2 * LD =
+	// 8 mod 32 banks) and one 8-byte store of y (one 16-byte store of fp32
+	// partials), scalar where N or the pointers do not allow. Else one output
+	// per step from a [TB][ROWS+1] tile.
+	constexpr int LD = VEC ? ROWS + 4 : ROWS + 1;
+	float *tile = red;
 	if (wk == 0) {
 #pragma unroll
 		for (int mt = 0; mt < MT; mt++)
@@ -220,7 +234,59 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 				}
 	}
 	__syncthreads();
-	if (split) {
+	if (VEC) {
+		const uint16_t *x = (const uint16_t *)p.x;
+		const uint2 *rec = (const uint2 *)p.escrecs;
+		uint16_t *y = (uint16_t *)p.y;
+		const uint16_t *bias = (const uint16_t *)p.bias;
+		float *ws = (float *)p.ws + (size_t)split_z * (size_t)R * (size_t)N;
+		const bool vec = N % 4 == 0 && (split ? p.ws % 16 == 0 : p.y % 8 == 0 && p.bias % 8 == 0);
+		for (int item = threadIdx.x; item < TB * (ROWS / 4); item += blockDim.x) {
+			const int r4 = (item % (ROWS / 4)) * 4, tok = item / (ROWS / 4);
+			const int64_t n = n0 + r4, m = m0 + tok;
+			if (n >= N || m >= R) continue;
+			const float4 a = *(const float4 *)&tile[tok * LD + r4];
+			float v[4] = {a.x, a.y, a.z, a.w};
+			const bool full = vec && n + 4 <= N;
+			if (split) { // partial sums of this split; glyd_lin_reduce finishes them
+				if (full) {
+					*(float4 *)&ws[m * N + n] = a;
+				} else {
+#pragma unroll
+					for (int j = 0; j < 4; j++)
+						if (n + j < N) ws[m * N + n + j] = v[j];
+				}
+				continue;
+			}
+			// finish(): escape corrections in record order, then the bias
+			if (p.escrows) {
+#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					const uint32_t e1 = n + j < N ? srows[r4 + j + 1] : 0u;
+					for (uint32_t e = srows[r4 + j]; e < e1; e++) {
+						const uint2 r = rec[e];
+						v[j] = add_escape(v[j], bf16_to_f32(x[m * p.K + r.x]), r.y, p.ebase);
+					}
+				}
+			}
+			if (full) {
+				uint2 b2 = make_uint2(0, 0);
+				if (bias) b2 = *(const uint2 *)&bias[n];
+				const uint32_t bb[4] = {b2.x & 0xffffu, b2.x >> 16, b2.y & 0xffffu, b2.y >> 16};
+				uint32_t o[4];
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(bias ? v[j] + bf16_to_f32(bb[j]) : v[j]));
+				*(uint2 *)&y[m * N + n] = make_uint2(o[0] | o[1] << 16, o[2] | o[3] << 16);
+			} else {
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					if (n + j < N)
+						y[m * N + n + j] =
+						    __bfloat16_as_ushort(__float2bfloat16_rn(bias ? v[j] + bf16_to_f32(bias[n + j]) : v[j]));
+			}
+		}
+	} else if (split) {
 		// Partial sums of this split; glyd_lin_reduce finishes them.
 		float *ws = (float *)p.ws + (size_t)split_z * (size_t)R * (size_t)N;
 		for (int idx = threadIdx.x; idx < ROWS * TB; idx += blockDim.x) {
@@ -399,7 +465,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 		cur = nxt;
 	}
 
-	block_epilogue<MT, NT, WN, WK, SAFE>(p, red, srows, acc, n0, m0, split_z);
+	block_epilogue<MT, NT, WN, WK, SAFE, vec_epilogue<8 * NT, DEP>::value>(p, red, srows, acc, n0, m0, split_z);
 }
 
 // A dense launch's parameters for its segment sel (glyd_kparams.seg), whose
@@ -738,7 +804,7 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 			for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[0][j][i])::"memory");
 	}
 	__syncthreads(); // the epilogue's tree and tile overlay the stages
-	block_epilogue<1, NT, 4, KG, SAFE>(p, (float *)ring, srows, acc, n0, m0, split_z);
+	block_epilogue<1, NT, 4, KG, SAFE, vec_epilogue<TB, DEP>::value>(p, (float *)ring, srows, acc, n0, m0, split_z);
 #else
 	__trap(); // the host picks these kernels on sm_90 only
 #endif
@@ -776,67 +842,6 @@ GLYD_LINW(32, 2, 4, 2, 2, (320))
 GLYD_LINW(32, 1, 4, 4, 2, (192, 3))
 GLYD_LINW(64, 1, 4, 4, 4, (256))
 
-// The prompt tiles' epilogue (8 warps, 128 rows; no escape corrections: the
-// products have them): the accumulators through shared memory as a [TB][132]
-// tile (132 = 4 mod 32 banks: the fragment stores are conflict-free, rows are
-// 16-byte aligned), then 4 consecutive outputs of one token per item, one
-// 16-byte load from the tile and one 8-byte store of bf16 y (bias added as
-// finish() adds it) or one 16-byte store of fp32 partials under split K;
-// scalar stores where N or the pointers do not allow. block_epilogue's
-// per-output form cost the skeleton 10-27% (session 12, diag 5); this one
-// made table 1 at 128 / 256 / 512 tokens 6 / 8.5 / 4.5% faster.
-template <int TB>
-__device__ __forceinline__ void prompt_epilogue(const glyd_kparams &p, float *tile, float (&acc)[TB / 8][4],
-                                                int64_t n0, int64_t m0, uint32_t split_z) {
-	constexpr int ROWS = 128, LD = ROWS + 4;
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-#pragma unroll
-	for (int nt = 0; nt < TB / 8; nt++)
-#pragma unroll
-		for (int i = 0; i < 4; i++) tile[(nt * 8 + 2 * t + (i & 1)) * LD + warp * 16 + g + 8 * (i >> 1)] = acc[nt][i];
-	__syncthreads();
-	const int64_t N = p.N, R = p.rows;
-	const bool split = p.splits > 1;
-	float *ws = (float *)p.ws + (size_t)split_z * (size_t)R * (size_t)N;
-	uint16_t *y = (uint16_t *)p.y;
-	const uint16_t *bias = (const uint16_t *)p.bias;
-	const bool vec = N % 4 == 0 && (split ? p.ws % 16 == 0 : p.y % 8 == 0 && p.bias % 8 == 0);
-	for (int item = threadIdx.x; item < TB * (ROWS / 4); item += 256) {
-		const int r4 = (item % (ROWS / 4)) * 4, tok = item / (ROWS / 4);
-		const int64_t n = n0 + r4, m = m0 + tok;
-		if (m >= R || n >= N) continue;
-		const float4 a = *(const float4 *)&tile[tok * LD + r4];
-		float v[4] = {a.x, a.y, a.z, a.w};
-		const bool full = vec && n + 4 <= N;
-		if (split) {
-			if (full) {
-				*(float4 *)&ws[m * N + n] = a;
-			} else {
-#pragma unroll
-				for (int j = 0; j < 4; j++)
-					if (n + j < N) ws[m * N + n + j] = v[j];
-			}
-			continue;
-		}
-		uint16_t o[4];
-		if (full) {
-			uint2 b2 = make_uint2(0, 0);
-			if (bias) b2 = *(const uint2 *)&bias[n];
-			const uint16_t bb[4] = {(uint16_t)b2.x, (uint16_t)(b2.x >> 16), (uint16_t)b2.y, (uint16_t)(b2.y >> 16)};
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-				o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(bias ? v[j] + bf16_to_f32(bb[j]) : v[j]));
-			*(uint2 *)&y[m * N + n] = make_uint2(o[0] | (uint32_t)o[1] << 16, o[2] | (uint32_t)o[3] << 16);
-		} else {
-#pragma unroll
-			for (int j = 0; j < 4; j++)
-				if (n + j < N)
-					y[m * N + n + j] =
-					    __bfloat16_as_ushort(__float2bfloat16_rn(bias ? v[j] + bf16_to_f32(bias[n + j]) : v[j]));
-		}
-	}
-}
-
 // Hopper (sm_90a), many tokens (prompts, large batches): the wgmma tile with
 // two consumer warpgroups on 128 weight rows (warpgroup c owns rows
 // 64c..64c+63, warp w of the block rows 16w..16w+15) sharing each stage of
@@ -856,7 +861,7 @@ __device__ __forceinline__ void prompt_epilogue(const glyd_kparams &p, float *ti
 // 512 tokens that loop, 32 groups of 8 tokens per escape with a dependent
 // load each, took a quarter of the kernel).
 // Shared memory: FULL[S] at byte 640, the counters at 768, the stages from
-// byte 1024, overlaid by the epilogue's [TB][132] tile (prompt_epilogue).
+// byte 1024, overlaid by the epilogue's [TB][132] tile.
 template <int TB, int S, int U, bool SAFE>
 __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
                                             uint32_t split_z) {
@@ -948,7 +953,9 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 #pragma unroll
 		for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[0][j][i])::"memory");
 	__syncthreads(); // the epilogue's tile overlays the stages
-	prompt_epilogue<TB>(p, (float *)ring, acc[0], n0, m0, split_z);
+	glyd_kparams q = p;
+	q.escrows = 0; // the escapes are in the products already
+	block_epilogue<1, NT, 8, 1, SAFE, true>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
 #else
 	__trap(); // the host picks these kernels on sm_90 only
 #endif

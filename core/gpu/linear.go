@@ -77,9 +77,20 @@ func (c linConfig) threads() int {
 	return 32*c.WN*c.WK + 32*c.PW
 }
 
-// smem is the dynamic shared memory of a block, as the kernel lays it out.
-func (c linConfig) smem() int {
-	tile := c.tokens() * (c.rows() + 1) * 4
+// smem is the dynamic shared memory of a block of the dense kernel, as it lays it out.
+func (c linConfig) smem() int { return c.smemWith(c.tokens() >= 64) }
+
+// groupedSmem is smem for the grouped experts kernel (kernels/moe.cu).
+func (c linConfig) groupedSmem() int { return c.smemWith(false) }
+
+// smemWith: block_epilogue's tile is [tokens][rows + 4] where it finishes 4
+// outputs per step (vec: kernels/linear.cu, vec_epilogue), else [tokens][rows + 1].
+func (c linConfig) smemWith(vec bool) int {
+	pad := 1
+	if vec {
+		pad = 4
+	}
+	tile := c.tokens() * (c.rows() + pad) * 4
 	tree := (c.WK / 2) * c.rows() * c.tokens() * 4
 	switch c.Kind {
 	case linWgmma:
@@ -87,9 +98,8 @@ func (c linConfig) smem() int {
 		// 64 k x tokens bf16, overlaid by the epilogue at the end
 		return ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
 	case linPrompt:
-		// the stage barriers and counters in the first KiB; the epilogue's
-		// tile has rows of rows() + 4 floats (kernels/linear.cu, prompt_epilogue)
-		return 1024 + max(c.S*c.tokens()*128, c.tokens()*(c.rows()+4)*4)
+		// the stage barriers and counters in the first KiB
+		return 1024 + max(c.S*c.tokens()*128, tile)
 	}
 	srows := ((c.rows() + 1 + 3) &^ 3) * 4
 	return srows + max(tree, tile)

@@ -384,5 +384,5 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 	if safeExperts(w) {
 		kidx++
 	}
-	return launchAs(dev, kidx, 1, uint32(gy), uint32(z), uint32(c.threads()), uint32(c.smem()), stream, &p, d.programmatic())
+	return launchAs(dev, kidx, 1, uint32(gy), uint32(z), uint32(c.threads()), uint32(c.groupedSmem()), stream, &p, d.programmatic())
 }
