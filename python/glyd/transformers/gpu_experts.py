@@ -15,10 +15,15 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
     over all routed experts, the weighted sum per token in one more kernel
     (``glyd_gpu_moe_combine``), each routed expert's
     packed weights read once and decoded inside the kernel (tensor cores for
-    the linear layout ``[E, out, in]``; for weights stored transposed,
-    ``[E, in, out]`` as gpt-oss and Llama 4 keep them, a CUDA-core kernel that
-    splits the input rows and adds the fp32 partial sums in order). Llama 4
-    (all-experts layout, up to ``ALL_EXPERTS_GROUPED_TOKENS`` tokens): the rows
+    the linear layout ``[E, out, in]``). Weights stored transposed,
+    ``[E, in, out]`` as gpt-oss, Llama 4 and Aria keep them, are re-laid in
+    that layout on the GPU the first time they are seen there
+    (gpu_relayout: exact, the holder shows the stored orientation to
+    everything else); where that is refused (GLYD_MOE_RELAYOUT=0, exact
+    modules, shapes, out of memory) a CUDA-core kernel reads them as stored,
+    splitting the input rows and adding the fp32 partial sums in order. Llama 4
+    (all-experts layout, below the same pairs per expert, or
+    ``ALL_EXPERTS_GROUPED_TOKENS`` tokens for experts not re-laid): the rows
     with a non-zero router score are gathered on the device first. No host
     synchronization: the block can be captured in a CUDA graph.
   - *no-sync decode-all* (prompts with many pairs per expert, and Llama 4
@@ -37,9 +42,9 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
   or activation (NemotronH relu²) runs once over all rows; routing weights are
   applied and the k outputs of every token are summed in fp32 in a fixed order
   (deterministic: the same inputs give the same bits, no atomics).
-  On this path weights stored transposed and the ``smallest`` layout have no
-  fused kernel: the routed expert is decoded into a reusable workspace and
-  multiplied with torch.
+  On this path weights stored transposed and not re-laid, and the ``smallest``
+  layout, have no fused kernel: the routed expert is decoded into a reusable
+  workspace and multiplied with torch.
 * ``"routed_groups"(module, args, kwargs)`` and ``"decode_groups"(holder,
   groups)`` -- the ``exact=True`` path: the family's own forward runs
   unchanged (hence the very torch ops of the bf16 model under the same experts
@@ -73,6 +78,7 @@ glyd.InvalidArgumentError before any kernel runs (never a device fault).
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import threading
 import types
@@ -82,6 +88,8 @@ import torch
 
 from ..errors import InvalidArgumentError
 from . import modules as _m
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["experts_forward", "attach", "routed_groups", "decode_groups", "expert_weights",
            "validate_enabled", "register", "grouped_kernel", "prepare_experts"]
@@ -136,7 +144,9 @@ def expert_planes(groups, planes: dict, e: int):
 
 class ExpertWeights:
     """One packed experts tensor (a PackedWeight with one group per expert) seen as
-    E matrices: y = x @ W[e].T (linear layout) or y = x @ W[e] (transposed).
+    E matrices: y = x @ W[e].T (linear layout) or y = x @ W[e] (transposed), in
+    the orientation its planes hold (``transposed`` is False for experts stored
+    transposed whose holder is relaid: gpu_relayout).
 
     On a CUDA device: fused packed linear per expert (fixed12, linear layout),
     else decode of that expert into a reusable workspace + torch matmul. On the
@@ -145,17 +155,19 @@ class ExpertWeights:
 
     def __init__(self, holder, transposed: bool):
         self.holder = holder
-        self.transposed = transposed
+        self.stored_transposed = transposed
+        self.relaid = holder.relaid
+        self.transposed = transposed and not holder.relaid
         self.num = holder.num_groups
         g = holder.num_groups
-        shape = holder.shape
+        shape = holder.device_shape
         rows = shape[0] // g
         self.expert_shape = tuple(shape[1:]) if rows == 1 else (rows, *shape[1:])
         if len(self.expert_shape) != 2:
             raise InvalidArgumentError(1, f"experts tensor {holder.attr!r} of shape {shape}: "
                                           f"each expert must be a matrix")
         a, b = self.expert_shape
-        self.in_features, self.out_features = (a, b) if transposed else (b, a)
+        self.in_features, self.out_features = (a, b) if self.transposed else (b, a)
         self._key = None
         self._full = None       # DeviceTensor of all groups (decode)
         self._experts = None    # per-expert single-group DeviceTensors (fused linear)
@@ -179,7 +191,7 @@ class ExpertWeights:
         self._refresh()
         if self._full is None:
             h = self.holder
-            self._full = _gpu.DeviceTensor(layout=h.layout, shape=h.shape, groups=h.groups, planes=h.planes(),
+            self._full = _gpu.DeviceTensor(layout=h.layout, shape=h.device_shape, groups=h.groups, planes=h.planes(),
                                            device=h.device)
         return self._full
 
@@ -306,10 +318,26 @@ def _workspace() -> _Workspace:
 
 
 def expert_weights(module, attr: str, transposed: bool) -> ExpertWeights:
-    """The ExpertWeights of module.attr (cached on the holder)."""
-    holder = module._modules[module.__dict__["_glyd_attrs"][attr]]
+    """The ExpertWeights of module.attr, stored transposed or not (cached on the
+    holder). Experts stored transposed are re-laid for the tensor-core kernels
+    the first time they are seen on a GPU (_relay_once)."""
+    holder = _holder(module, attr)
+    if transposed and "_glyd_relay_checked" not in holder.__dict__:
+        _relay_once(module, holder)
+    return _weights_of(holder, transposed)
+
+
+def _holder(module, attr: str):
+    return module._modules[module.__dict__["_glyd_attrs"][attr]]
+
+
+def _weights_of(holder, transposed: Optional[bool] = None) -> ExpertWeights:
+    """The holder's cached ExpertWeights, rebuilt if its orientation changed
+    (transposed None: as cached, else the linear layout)."""
     ew = holder.__dict__.get("_glyd_ew")
-    if ew is None or ew.transposed != transposed:
+    if transposed is None:
+        transposed = ew.stored_transposed if ew is not None else False
+    if ew is None or ew.stored_transposed != transposed or ew.relaid != holder.relaid:
         ew = ExpertWeights(holder, transposed)
         holder.__dict__["_glyd_ew"] = ew
     return ew
@@ -549,7 +577,7 @@ def _decode_all(module, spec: _Spec, counts, xs):
     offs = torch.tensor(cum, dtype=torch.int32).to(xs.device, non_blocking=True)
 
     def run(ew: ExpertWeights, x: torch.Tensor) -> torch.Tensor:
-        w = decode_groups(ew.holder, None)
+        w = decoded_all(ew)
         if ew.num > len(counts):  # LongCat: rows of zero experts are never multiplied
             w = w[:len(counts)]
         return _grouped_linear(x, w, offs, is_transposed=ew.transposed)
@@ -580,11 +608,15 @@ def nosync(spec: _Spec, pairs: int, device) -> bool:
     overrides the pairs per expert (0: never decode-all)."""
     if (device.type != "cuda" and not _FORCE) or spec.kind != "fused" or spec.all_experts or not spec.num_experts:
         return False
+    per = _nosync_pairs_per_expert(device)
+    return per > 0 and pairs >= per * spec.num_experts
+
+
+def _nosync_pairs_per_expert(device) -> int:
     default = NOSYNC_PAIRS_PER_EXPERT
     if device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0):
         default = NOSYNC_PAIRS_PER_EXPERT_SM90
-    per = int(os.environ.get("GLYD_MOE_NOSYNC_PAIRS", default))
-    return per > 0 and pairs >= per * spec.num_experts
+    return int(os.environ.get("GLYD_MOE_NOSYNC_PAIRS", default))
 
 
 def grouped_kernel(module, spec: _Spec, device) -> bool:
@@ -636,8 +668,8 @@ def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Ten
     else:
         from transformers.integrations.moe import _grouped_linear
 
-        w_in = decode_groups(wi.holder, None)[:E]
-        proj = _grouped_linear(xs.masked_fill(~real, 0), w_in, offs, is_transposed=spec.transposed)
+        w_in = decoded_all(wi)[:E]
+        proj = _grouped_linear(xs.masked_fill(~real, 0), w_in, offs, is_transposed=wi.transposed)
     if spec.bias_in is not None:
         proj = proj + getattr(module, spec.bias_in)[ids_c]
     proj = proj.masked_fill(~real, 0)  # rows past offs[-1] are left uninitialized by grouped_mm
@@ -647,7 +679,7 @@ def _routed_forward_nosync(module, spec: _Spec, x: torch.Tensor, idx2: torch.Ten
     if grouped:
         d = wd.grouped().linear(h.contiguous(), _offsets_for(wd, offs))
     else:
-        d = _grouped_linear(h.contiguous(), decode_groups(wd.holder, None), offs, is_transposed=spec.transposed)
+        d = _grouped_linear(h.contiguous(), decoded_all(wd), offs, is_transposed=wd.transposed)
     if spec.bias_out is not None:
         d = d + getattr(module, spec.bias_out)[ids_c]
     wsel = w2.reshape(-1)[perm].float().unsqueeze(-1)
@@ -731,25 +763,39 @@ def _routed_forward(module, spec: _Spec, hidden: torch.Tensor, idx: torch.Tensor
     return out.view(hidden.shape)
 
 
-#: Llama 4 (all-experts layout): up to this many tokens, the grouped kernel
-#: without a host synchronization (rows with a non-zero score gathered on the
-#: device); above, on a GPU, every expert decoded and torch's grouped_mm over
-#: the gathered rows, also without one (elsewhere one synchronization and
-#: per-expert calls). GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS overrides it.
-#: Llama-4-Scout block on the H200 (session 12, grouped kernel vs decode-all):
-#: 17 tokens 0.95 vs 3.12 ms, 32 1.29 vs 3.23, 64 2.23 vs 3.42, 128 3.26 vs
-#: 3.56, 256 6.03 vs 3.58 (it was 16, when 17 rows on one expert took the
-#: transposed kernel 675 us instead of 254).
+#: Llama 4 (all-experts layout) with experts the transposed (CUDA-core) kernel
+#: reads (not re-laid: gpu_relayout): up to this many tokens, the grouped
+#: kernel without a host synchronization (rows with a non-zero score gathered
+#: on the device); above, on a GPU, every expert decoded and torch's
+#: grouped_mm over the gathered rows, also without one (elsewhere one
+#: synchronization and per-expert calls). Re-laid experts switch where the
+#: routed families do (the pairs per expert of nosync()). The env variable
+#: GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS overrides both.
+#: Llama-4-Scout block on the H200 (session 12, transposed grouped kernel vs
+#: decode-all): 17 tokens 0.95 vs 3.12 ms, 32 1.29 vs 3.23, 64 2.23 vs 3.42,
+#: 128 3.26 vs 3.56, 256 6.03 vs 3.58. Re-laid (session 13): 512 tokens 2.11
+#: vs 3.76.
 ALL_EXPERTS_GROUPED_TOKENS = 128
 
 
 def _all_experts_path(module, spec: _Spec, hidden: torch.Tensor) -> str:
-    """Llama 4's default path for this call (path_of's names): "grouped-kernel" up to
-    ALL_EXPERTS_GROUPED_TOKENS tokens where the grouped kernel reads the weights,
+    """Llama 4's default path for this call (path_of's names): "grouped-kernel"
+    where the grouped kernel reads the weights, up to ALL_EXPERTS_GROUPED_TOKENS
+    tokens (transposed experts) or the nosync() pairs per expert (re-laid ones);
     "nosync" above on a GPU within the routing kernels' limits, else "all-experts"."""
     flat = hidden.reshape(-1, hidden.shape[-1])
-    T = flat.shape[0] // max(spec.num_experts, 1)
-    if T <= int(os.environ.get("GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS", ALL_EXPERTS_GROUPED_TOKENS)):
+    E = max(spec.num_experts, 1)
+    T = flat.shape[0] // E
+    env = os.environ.get("GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS")
+    if env is not None:
+        small = T <= int(env)
+    elif hidden.device.type == "cuda" and not expert_weights(module, spec.w_in, spec.transposed).transposed:
+        k = module.__dict__.get("_glyd_top_k") or E
+        per = _nosync_pairs_per_expert(hidden.device)
+        small = per <= 0 or T * min(k, E) < per * E
+    else:
+        small = T <= ALL_EXPERTS_GROUPED_TOKENS
+    if small:
         return "grouped-kernel" if grouped_kernel(module, spec, hidden.device) else "all-experts"
     if flat.device.type == "cuda" and _route_on_device(spec, flat, T * spec.num_experts):
         return "nosync"
@@ -770,7 +816,7 @@ def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[
         from transformers.integrations.moe import _grouped_linear
 
         def decoded_mm(ew: ExpertWeights, x: torch.Tensor, offs: torch.Tensor, out=None) -> torch.Tensor:
-            y = _grouped_linear(x, decode_groups(ew.holder, None), offs, is_transposed=ew.transposed)
+            y = _grouped_linear(x, decoded_all(ew), offs, is_transposed=ew.transposed)
             return y if out is None else out.copy_(y)
 
         return _all_experts_on_device(module, spec, flat, T, decoded_mm)
@@ -1014,49 +1060,68 @@ def clear_scratch() -> None:
 
 def decode_groups(holder, groups) -> torch.Tensor:
     """GPU_HOOKS["decode_groups"]: the expert weights with (at least) `groups`
-    decoded bit-exactly, in a device scratch buffer shared by the layers (the
-    other experts hold stale values: no token is routed to them). groups None: all."""
+    decoded bit-exactly, in the stored orientation, in a device scratch buffer
+    shared by the layers (the other experts hold stale values: no token is
+    routed to them). groups None: all."""
     dev = holder.device
     if holder.dtype != torch.bfloat16 and dev.type != "cpu":  # the GPU kernels take bf16: decode on the CPU
         w = holder.packed().unpack()
         return w.to(dev)
     buf = _scratch(holder.scratch_key, holder.shape, holder.dtype, dev)
-    if isinstance(groups, AllGroups):
-        memo = holder.__dict__.get("_glyd_memo")
-        if memo is not None and memo[0] is groups and memo[2] is buf:
-            return buf
-        holder.__dict__["_glyd_memo"] = (groups, holder._planes_key(), buf)
-        groups = None
-    if dev.type == "cpu":  # tests of this module's logic without a GPU
-        if groups is None:
-            return holder.packed().unpack(out=buf)
-        for g in groups:
-            if 0 <= int(g) < holder.num_groups:
-                holder.packed().unpack_group(int(g), out=holder._group_view(buf)[int(g)])
-        return buf
-    ew = holder.__dict__.get("_glyd_ew") or ExpertWeights(holder, False)
-    holder.__dict__.setdefault("_glyd_ew", ew)
-    n = holder.num_groups
-    if groups is None:
-        de = ew.grouped()
-        if de is not None:
-            de.decode(out=buf)
-        else:
-            ew.full().decode(out=buf)
-        return buf
     # Eager experts loops read the weight once per routed expert within one call:
     # decode the call's experts once (the same groups object for the whole call).
-    memo = holder.__dict__.get("_glyd_memo")
     key = holder._planes_key()
-    if memo is not None and memo[0] is groups and memo[1] == key and memo[2] is buf:
+    memo = holder.__dict__.get("_glyd_memo")
+    if groups is not None and memo is not None and memo[0] is groups and memo[1] == key and memo[2] is buf:
         return buf
-    view = holder._group_view(buf)
-    for g in groups:
-        g = int(g)
-        if 0 <= g < n:
-            ew.full().decode(out=view[g], group=g)
-    holder.__dict__["_glyd_memo"] = (groups, key, buf)
+    sel = None if groups is None or isinstance(groups, AllGroups) else \
+        [int(g) for g in groups if 0 <= int(g) < holder.num_groups]
+    if dev.type == "cpu":  # tests of this module's logic without a GPU
+        if sel is None:
+            holder.packed().unpack(out=buf)
+        for g in sel or ():
+            holder.packed().unpack_group(g, out=holder._group_view(buf)[g])
+    elif holder.relaid:  # decoded as held, each expert transposed back
+        held = _decode_held(holder, sel, _held_scratch(holder))
+        if sel is None:
+            buf.copy_(held.transpose(1, 2))
+        for g in sel or ():
+            buf[g].copy_(held[g].t())
+    else:
+        _decode_held(holder, sel, buf)
+    if groups is not None:
+        holder.__dict__["_glyd_memo"] = (groups, key, buf)
     return buf
+
+
+def decoded_all(ew: ExpertWeights) -> torch.Tensor:
+    """Every expert of ew decoded in the orientation its planes hold (ew.transposed
+    says which), in a device scratch buffer shared by the layers."""
+    h = ew.holder
+    if not h.relaid:
+        return decode_groups(h, None)
+    return _decode_held(h, None, _held_scratch(h))
+
+
+def _held_scratch(holder) -> torch.Tensor:
+    return _scratch(holder.scratch_key + "#held", holder.device_shape, holder.dtype, holder.device)
+
+
+def _decode_held(holder, sel, out: torch.Tensor) -> torch.Tensor:
+    """Decode the groups sel (None: all, in two launches where the experts table
+    exists) of a GPU holder into out, in the planes' own orientation."""
+    ew = _weights_of(holder)
+    if sel is None:
+        de = ew.grouped()
+        if de is not None:
+            de.decode(out=out)
+        else:
+            ew.full().decode(out=out)
+        return out
+    view = holder._group_view(out)
+    for g in sel:
+        ew.full().decode(out=view[g], group=g)
+    return out
 
 
 # ---- DBRX: the routing lives in the parent (DbrxExperts) --------------------------------------
@@ -1100,7 +1165,8 @@ def attach(model) -> None:
 def prepare_experts(model) -> int:
     """Build the experts table of every packed experts module of `model` that the
     grouped kernel runs (before any CUDA graph capture; attach() calls it at
-    load). Returns how many tensors got one."""
+    load), re-laying experts stored transposed for the tensor-core kernels
+    first (relay_wanted). Returns how many tensors got a table."""
     n = 0
     for _, m in _m.iter_packed_modules(model):
         if not isinstance(m, _m.GlydExperts):
@@ -1120,6 +1186,37 @@ def prepare_experts(model) -> int:
         if isinstance(ex, _m.GlydExperts) and getattr(m, "top_k", None):
             ex.__dict__["_glyd_top_k"] = int(m.top_k)
     return n
+
+
+def _relay_once(module, holder) -> None:
+    """Re-lay experts stored transposed (gpu_relayout) the first time they are
+    seen on a GPU (prepare_experts at load, else the first forward), if
+    relay_wanted; never later, since a CUDA graph captured since holds the
+    planes it saw. Moving the holder to another device clears the mark."""
+    holder.__dict__["_glyd_relay_checked"] = True
+    if not relay_wanted(module, holder):
+        return
+    try:
+        holder.relay(True)
+    except torch.cuda.OutOfMemoryError:
+        logger.warning("glyd: out of GPU memory re-laying %s %s for the tensor-core kernels; it keeps the "
+                       "CUDA-core kernel of transposed experts", holder.attr, holder.shape)
+
+
+def relay_wanted(module, holder) -> bool:
+    """Whether experts stored transposed get re-laid (gpu_relayout): planes the
+    kernels read (fixed12 bf16 on a GPU, GLYD_MOE_NO_FUSED unset), a re-laid
+    shape the tensor-core grouped kernel reads, a module not exact (its decoded
+    weights would be transposed back on every call), no CUDA graph being
+    captured, and GLYD_MOE_RELAYOUT not 0."""
+    from .gpu_relayout import relayable
+
+    if holder.relaid or module.exact or os.environ.get("GLYD_MOE_RELAYOUT", "") in ("0", "false", "False"):
+        return False
+    if not relayable(holder) or torch.cuda.is_current_stream_capturing():
+        return False
+    _, a, b = holder.shape  # [E, in, out]: re-laid [E, out, in]
+    return os.environ.get("GLYD_MOE_NO_FUSED", "") in ("", "0") and a % 16 == 0 and (a * b) % 32 == 0
 
 
 # ---- registration --------------------------------------------------------------------------------
@@ -1143,6 +1240,9 @@ def register() -> None:
     hooks["experts"] = experts_forward
     hooks["routed_groups"] = routed_groups
     hooks["decode_groups"] = decode_groups
+    from .gpu_relayout import relayout
+
+    hooks["relayout"] = relayout
     hooks["attach"] = attach
     from . import gpu_linear  # GlydLinear on the GPU (fused / exact), the "linear" and "decode" hooks
 

@@ -30,6 +30,7 @@ decode to bf16, then the very torch op of the bf16 model (D9 of the design).
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import inspect
 import re
@@ -53,8 +54,10 @@ from ..tensor import PLANE_NAMES, PackedTensor
 #:   "routed_groups": fn(module, args, kwargs) -> the experts a call reads (list), or None
 #:   "attach":        fn(model) -> None: patch modules whose routing lives outside the
 #:                    packed module (DBRX), called once the model is loaded
+#:   "relayout":      fn(holder, relaid: bool) -> planes: every group transposed, on the
+#:                    device (gpu_relayout; PackedWeight.relay)
 GPU_HOOKS: dict = {"linear": None, "experts": None, "decode": None, "decode_groups": None,
-                   "routed_groups": None, "attach": None}
+                   "routed_groups": None, "attach": None, "relayout": None}
 
 #: Names of the attributes a packed tensor replaces, and the child that holds
 #: it. The child names avoid the substrings transformers' checkpoint conversions
@@ -75,7 +78,16 @@ def packed_tensor_name(module_name: str, attr: str) -> str:
 
 class PackedWeight(nn.Module):
     """Holds one packed tensor: its byte planes as uint8 parameters
-    (``glyd_sm``, ``glyd_code``, ...) plus what the descriptor says of it."""
+    (``glyd_sm``, ``glyd_code``, ...) plus what the descriptor says of it.
+
+    ``relaid``: on a GPU, the planes of experts stored transposed may hold every
+    group transposed (``device_shape``), the orientation the tensor-core
+    kernels read (gpu_relayout, set at load by prepare_experts). Everything that
+    takes the planes elsewhere sees the stored orientation: ``packed()``,
+    ``state_dict()``, pickling and copies, ``.to()`` another device, and the
+    decoded weight."""
+
+    relaid = False  # a class default: holders pickled before it existed
 
     def __init__(self, attr: str, layout: str, dtype: torch.dtype, shape, groups, checksum: int,
                  plane_lengths: dict, device="meta", scratch_key: str = ""):
@@ -102,9 +114,15 @@ class PackedWeight(nn.Module):
     def __getstate__(self):
         # copy.deepcopy and pickling keep the planes, not the caches built from
         # them (the PackedTensor view holds ctypes pointers): a copy rebuilds
-        # them from its own planes.
+        # them from its own planes, in the stored orientation.
         state = self.__dict__.copy()
         state.update(_packed=None, _packed_key=None, _decoded=None, _decoded_key=None)
+        if self.relaid:
+            params = state["_parameters"] = dict(state["_parameters"])
+            for k, v in self.stored_planes().items():
+                if params.get("glyd_" + k) is not None:
+                    params["glyd_" + k] = nn.Parameter(v, requires_grad=False)
+            state["relaid"] = False
         return state
 
     @classmethod
@@ -146,14 +164,55 @@ class PackedWeight(nn.Module):
                                                       requires_grad=False)
 
     def _planes_key(self):
-        return tuple((p.data_ptr(), p.numel(), p.device) for p in self._parameters.values())
+        return tuple((p.data_ptr(), p.numel(), p.device) for p in self._parameters.values()) + (self.relaid,)
+
+    # ---- orientation of transposed experts on a GPU (gpu_relayout) ----------------------
+    @property
+    def device_shape(self) -> tuple:
+        """The shape the planes hold: shape, with the last two axes swapped while relaid."""
+        s = self.shape
+        return (*s[:-2], s[-1], s[-2]) if self.relaid else s
+
+    def relay(self, relaid: bool) -> None:
+        """Re-lay the planes in place on their GPU: relaid=True holds every group
+        transposed, False the stored orientation. Exact (a permutation of each
+        group's elements); the old planes are freed once the new ones exist."""
+        if bool(relaid) == self.relaid:
+            return
+        fn = GPU_HOOKS.get("relayout")
+        if fn is None:
+            raise RuntimeError("glyd: re-laying packed experts needs the GPU code (glyd._gpu)")
+        planes = fn(self, bool(relaid))
+        for k, v in planes.items():
+            if self._parameters.get("glyd_" + k) is not None:
+                self._parameters["glyd_" + k] = nn.Parameter(v, requires_grad=False)
+        self.relaid = bool(relaid)
+        self._decoded = None
+
+    def stored_planes(self) -> dict:
+        """The planes in the stored orientation, on their device (new tensors
+        while relaid, else the planes themselves)."""
+        if not self.relaid:
+            return self.planes()
+        return GPU_HOOKS["relayout"](self, False)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        if not self.relaid or getattr(_STATE_AS_HELD, "on", False):
+            return super()._save_to_state_dict(destination, prefix, keep_vars)
+        for k, v in self.stored_planes().items():
+            if self._parameters.get("glyd_" + k) is not None:
+                destination[prefix + "glyd_" + k] = v
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self.relay(False)  # loaded planes are in the stored orientation
+        return super()._load_from_state_dict(*args, **kwargs)
 
     def packed(self) -> PackedTensor:
         """The planes as a glyd.PackedTensor (CPU planes wrapped without a copy;
-        GPU planes copied to the CPU)."""
+        GPU planes copied to the CPU; stored orientation)."""
         key = self._planes_key()
         if self._packed is None or self._packed_key != key:
-            planes = {k: v.detach().cpu() for k, v in self.planes().items()}
+            planes = {k: v.detach().cpu() for k, v in self.stored_planes().items()}
             self._packed = PackedTensor.from_planes(self.layout, self.dtype, self.shape, self.groups, planes,
                                                     self.checksum)
             self._packed_key = key
@@ -191,7 +250,9 @@ class PackedWeight(nn.Module):
                 w = w.to(self.compute_dtype)
             return w
         hook = GPU_HOOKS.get("decode")
-        if dev.type != "cpu" and hook is not None:
+        if self.relaid:  # decode_groups turns the groups back (its buffer is shared: copy it)
+            w = dg(self, None).clone()
+        elif dev.type != "cpu" and hook is not None:
             w = hook(self, None)
         else:
             w = self.packed().unpack()
@@ -224,9 +285,30 @@ class PackedWeight(nn.Module):
                 f"groups={self.num_groups}")
 
     def _apply(self, fn, recurse=True):
-        # .to()/.cuda(): the planes move; a decoded copy would be stale.
+        # .to()/.cuda(): the planes move; a decoded copy would be stale. Relaid
+        # planes go elsewhere in the stored orientation.
         self._decoded = None
+        if ((self.relaid or "_glyd_relay_checked" in self.__dict__)
+                and fn(self.glyd_sm.data[:0]).device != self.device):
+            self.relay(False)
+            self.__dict__.pop("_glyd_relay_checked", None)  # re-laid again where it goes, if wanted
         return super()._apply(fn, recurse)
+
+
+_STATE_AS_HELD = threading.local()
+
+
+@contextlib.contextmanager
+def planes_as_held():
+    """Within it, state_dict() gives relaid planes as they are, not re-laid back
+    (glyd.save_pretrained: it reads the state dict for its keys and raw
+    tensors, and takes packed planes from PackedWeight.packed())."""
+    prev = getattr(_STATE_AS_HELD, "on", False)
+    _STATE_AS_HELD.on = True
+    try:
+        yield
+    finally:
+        _STATE_AS_HELD.on = prev
 
 
 _SCRATCH: dict = {}
@@ -429,8 +511,17 @@ def iter_packed_modules(model: nn.Module):
 
 
 def set_exact(model: nn.Module, exact: bool) -> None:
+    """Switch every packed module of model to exact=True (decode + the bf16
+    model's torch ops) or the default path. Experts re-laid for the kernels
+    (PackedWeight.relaid) go back to the stored orientation that the exact path
+    reads, and are re-laid at the next default call: capture CUDA graphs after
+    switching."""
     for _, m in iter_packed_modules(model):
         m.exact = exact
+        for h in m.glyd_weights().values():
+            if exact:
+                h.relay(False)
+            h.__dict__.pop("_glyd_relay_checked", None)
 
 
 def attach(model: nn.Module) -> None:

@@ -16,7 +16,7 @@ from ..errors import InvalidArgumentError
 from ..tensor import LAYOUTS, pack
 from .config import GUARD, GlydConfig
 from .families import default_skips, pack_plan
-from .modules import GlydModule, packed_tensor_name
+from .modules import GlydModule, packed_tensor_name, planes_as_held
 
 logger = logging.getLogger("glyd.transformers")
 
@@ -42,7 +42,8 @@ def _copy_source_files(source: str, dest: str) -> None:
 def _state_dict_to_save(model) -> dict:
     from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
-    sd = model.state_dict()
+    with planes_as_held():  # packed planes come from PackedWeight.packed()
+        sd = model.state_dict()
     for k in getattr(model, "_keys_to_ignore_on_save", None) or ():
         sd.pop(k, None)
     return remove_tied_weights_from_state_dict(sd, model)

@@ -78,11 +78,13 @@ def test_block_sizes(blocks):
 
 
 @pytest.mark.parametrize("tokens", [1, 4, 64, 256])
-def test_decode_step_graph(blocks, tokens):
+def test_decode_step_graph(blocks, tokens, monkeypatch):
     """At decode sizes the default path is the grouped kernel (Llama 4's
-    transposed experts included), for a Llama 4 prompt decode-all + grouped_mm
-    over the gathered rows: no host synchronization, so a CUDA graph of the
-    block replays new tokens (new routing) with the bits of an eager call."""
+    re-laid experts included), for a Llama 4 prompt past the switch (here
+    moved to 128 tokens) decode-all + grouped_mm over the gathered rows: no
+    host synchronization, so a CUDA graph of the block replays new tokens (new
+    routing) with the bits of an eager call."""
+    monkeypatch.setenv("GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS", "128")
     name, ref, packed = blocks
     set_impl(packed, impls(ref)[0])
     set_exact(packed, False)
@@ -94,7 +96,7 @@ def test_decode_step_graph(blocks, tokens):
             lambda m, a, kw, o: calls.append(gpu_experts.path_of(m, a, kw)), with_kwargs=True)
         run(packed, x)
         hook.remove()
-        prompt = name == "llama4-scout" and tokens > gpu_experts.ALL_EXPERTS_GROUPED_TOKENS
+        prompt = name == "llama4-scout" and tokens > 128
         assert calls == ["nosync" if prompt else "grouped-kernel"]
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()

@@ -1,0 +1,83 @@
+"""Transposed experts re-laid on the GPU for the tensor-core kernels.
+
+Llama 4, gpt-oss and Aria keep their experts transposed, ``[E, in, out]``
+(y = x @ W[e]). Glyd's grouped tensor-core kernels read the linear layout
+``[E, out, in]`` only; the transposed layout has a CUDA-core kernel, 1.1-3x
+slower than bf16 from 32 tokens on. So at load (``prepare_experts``) the
+planes of such a tensor are re-laid on its GPU: every group (expert)
+transposed, i.e. decoded, transposed and packed again by the GPU packer, whose
+bytes equal ``glyd.pack``'s.
+
+Exact by construction: fixed12 codes a group by its exponent histogram
+(docs/FORMAT.md I.2), which a transposition keeps, so every group keeps its
+Base, its escape count and the size of its slice of every plane: the holder's
+groups and plane offsets stay as they are, only the bytes inside each slice
+move (checked here for every group). The holder (``PackedWeight.relaid``)
+re-lays them back whenever they leave the GPU: ``packed()`` (saving,
+``verify``), ``state_dict``, pickling and copies, ``.to()``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _gpu
+from ..errors import InvalidArgumentError
+from ..tensor import PLANE_NAMES
+
+#: bf16 bytes of experts decoded and transposed at a time (one expert at least).
+CHUNK_BYTES = 256 << 20
+
+
+def relayable(holder) -> bool:
+    """True if relayout() can run on the holder: fixed12 bf16 planes on a GPU,
+    a 3-D [E, a, b] tensor with one group per expert."""
+    s = holder.shape
+    return (holder.device.type == "cuda" and holder.layout == "fixed12" and holder.dtype == torch.bfloat16
+            and len(s) == 3 and holder.num_groups == s[0] and s[0] > 0)
+
+
+def relayout(holder, relaid: bool) -> dict:
+    """The holder's planes with every group transposed (new device tensors, the
+    holder untouched): in the kernels' orientation for relaid=True (the holder
+    must hold the checkpoint's), the checkpoint's for relaid=False (the holder
+    must be relaid). Synchronizes the current stream once per chunk."""
+    if not relayable(holder):
+        raise InvalidArgumentError(1, f"the packed tensor {holder.attr!r} {holder.shape} ({holder.layout}, "
+                                      f"{holder.dtype}, on {holder.device}) cannot be re-laid: that needs "
+                                      f"fixed12 bf16 experts [E, a, b] on a GPU")
+    if bool(relaid) == bool(holder.relaid):
+        raise InvalidArgumentError(2, f"the packed tensor {holder.attr!r} is already "
+                                      f"{'relaid' if relaid else 'in its stored orientation'}")
+    src_shape = holder.device_shape
+    E, a, b = src_shape
+    held = holder.planes()
+    src = _gpu.DeviceTensor(layout="fixed12", shape=src_shape, groups=holder.groups, planes=held,
+                            device=holder.device)
+    out = {name: torch.empty_like(p) for name, p in held.items()}
+    per = max(1, CHUNK_BYTES // max(1, 2 * a * b))
+    buf = torch.empty((min(per, E), a, b), dtype=torch.bfloat16, device=holder.device)
+    groups = holder.groups
+    for e0 in range(0, E, per):
+        n = min(per, E - e0)
+        for i in range(n):
+            src.decode(out=buf[i], group=e0 + i)
+        grs, planes, _ = _gpu.pack_planes(buf[:n].transpose(1, 2).contiguous(), "fixed12", groups=n)
+        for i, g in enumerate(grs):
+            old = groups[e0 + i]
+            if (g.elements, g.escapes, g.base) != (old.elements, old.escapes, old.base):
+                raise RuntimeError(f"glyd: re-laying expert {e0 + i} of {holder.attr!r} changed its coding "
+                                   f"({old.elements}, {old.escapes}, {old.base}) -> ({g.elements}, {g.escapes}, "
+                                   f"{g.base}): a bug, please report it")
+        for k, name in enumerate(PLANE_NAMES):
+            if name not in out:
+                continue
+            start = groups[e0].offsets[k]
+            end = groups[e0 + n].offsets[k] if e0 + n < E else out[name].numel()
+            if planes[name].numel() != end - start:
+                raise RuntimeError(f"glyd: re-laid experts {e0}..{e0 + n - 1} of {holder.attr!r} take "
+                                   f"{planes[name].numel()} bytes of plane {name!r}, not {end - start}: "
+                                   f"a bug, please report it")
+            if end > start:
+                out[name][start:end].copy_(planes[name])
+    return out
