@@ -217,27 +217,42 @@ const groupedWgmma = 4
 func (c linConfig) groupedName() string { return "glyd_lin_f12g" + c.name()[len("glyd_lin_f12"):] }
 
 // pickGrouped returns the index in groupedConfigs for rows sorted over e
-// experts: the tile whose rows of x cover the mean rows per expert (the host
-// does not see the routing). On sm_90 (hopper) the wgmma tiles from 9 rows
-// per expert, as the dense kernel, the 64-row one from 17: the rows per
-// expert vary around their mean, and an expert with more rows than the tile
-// reads and decodes its weights once per tile (Qwen3-30B-A3B block at 512
-// tokens, 32 rows per expert on average: 0.817 ms with 32-row tiles, 0.693
-// with 64, session 5).
-func pickGrouped(rows, e int64, hopper bool) int {
+// experts of k inputs: the host does not see the routing, so the mean rows
+// per expert decides. Elsewhere than sm_90, the mma.sync tile whose rows of
+// x cover the mean (an expert with more rows than the tile reads and decodes
+// its weights once per tile). On sm_90 (hopper), from the Mixtral-8x7B,
+// Qwen3-30B-A3B and Llama-4-Scout blocks on the H200 with each tile forced
+// (session 13, python/benchmarks/moe_grouped_sweep.py):
+//   - over 8 rows per expert the 64-row wgmma tile (at 16 per expert 1-16%
+//     faster than the 16-row one), over 64 the 128-row one;
+//   - from 1 to 8 rows per expert, for k <= 2048 (Qwen3's 2048 and 768) the
+//     16-row wgmma tile, 13-23% faster than the mma.sync tiles; for larger k
+//     (Mixtral, Llama 4) it is 6-33% slower than the mma.sync tile of 8
+//     rows up to 4 per expert, of 16 up to 8 (at 8 per expert 10-14% faster
+//     than the 8-row one, at 4 per expert 12% slower).
+func pickGrouped(rows, e, k int64, hopper bool) int {
 	if f := forcedGrouped.Load(); f > 0 {
 		return int(f - 1)
 	}
-	first, last := 0, groupedWgmma-1
-	if hopper && rows > 8*e {
-		first, last = groupedWgmma, len(groupedConfigs)-1
+	if hopper {
+		switch {
+		case rows > 64*e:
+			return groupedWgmma + 2
+		case rows > 8*e:
+			return groupedWgmma + 1
+		case k <= 2048 && rows >= e:
+			return groupedWgmma
+		case rows > 4*e:
+			return 1
+		}
+		return 0
 	}
-	for i := first; i < last; i++ {
+	for i := 0; i < groupedWgmma-1; i++ {
 		if rows <= int64(groupedConfigs[i].tokens())*e {
 			return i
 		}
 	}
-	return last
+	return groupedWgmma - 1
 }
 
 // transposedOne reports whether the transposed kernel takes one token per
@@ -371,7 +386,7 @@ func LinearExperts(dev int, stream uintptr, x uintptr, rows int64, w *DeviceTens
 	if err != nil {
 		return err
 	}
-	ci := pickGrouped(rows, e, d.hopper())
+	ci := pickGrouped(rows, e, k, d.hopper())
 	c := groupedConfigs[ci]
 	if err := d.canRun(c, c.groupedName()); err != nil {
 		return err

@@ -126,26 +126,32 @@ func TestExpertsTransposed(t *testing.T) {
 }
 
 func TestPickGroupedCoversTheMeanRowsPerExpert(t *testing.T) {
+	// hopper: k > 2048 (Mixtral, Llama 4), hopperSmallK: k <= 2048 (Qwen3-30B-A3B)
 	for _, c := range []struct {
-		rows, e      int64
-		want, hopper string
+		rows, e                    int64
+		want, hopper, hopperSmallK string
 	}{
-		{1, 8, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1"},
-		{8, 128, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1"},
-		{64, 8, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1"},
-		{65, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
-		{128, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
-		{129, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4"},
-		{256, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4"},
-		{512, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4"},
-		{513, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2"},
-		{1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2"},
+		{1, 8, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1"},
+		{8, 128, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1"},
+		{128, 128, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
+		{32, 8, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
+		{33, 8, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
+		{64, 8, "glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t16k1s4u4p2"},
+		{65, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
+		{128, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
+		{129, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
+		{512, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
+		{513, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
+		{1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
 	} {
-		if got := groupedConfigs[pickGrouped(c.rows, c.e, false)].groupedName(); got != c.want {
+		if got := groupedConfigs[pickGrouped(c.rows, c.e, 4096, false)].groupedName(); got != c.want {
 			t.Errorf("%d rows over %d experts: %s, want %s", c.rows, c.e, got, c.want)
 		}
-		if got := groupedConfigs[pickGrouped(c.rows, c.e, true)].groupedName(); got != c.hopper {
-			t.Errorf("sm_90: %d rows over %d experts: %s, want %s", c.rows, c.e, got, c.hopper)
+		if got := groupedConfigs[pickGrouped(c.rows, c.e, 4096, true)].groupedName(); got != c.hopper {
+			t.Errorf("sm_90, k 4096: %d rows over %d experts: %s, want %s", c.rows, c.e, got, c.hopper)
+		}
+		if got := groupedConfigs[pickGrouped(c.rows, c.e, 2048, true)].groupedName(); got != c.hopperSmallK {
+			t.Errorf("sm_90, k 2048: %d rows over %d experts: %s, want %s", c.rows, c.e, got, c.hopperSmallK)
 		}
 	}
 	for i := range groupedConfigs {
@@ -201,13 +207,13 @@ func TestForceGroupedConfig(t *testing.T) {
 	if err := ForceConfig("glyd_lin_f12gw_t64k1s4u4p4"); err != nil {
 		t.Fatal(err)
 	}
-	if got := groupedConfigs[pickGrouped(8, 128, true)].groupedName(); got != "glyd_lin_f12gw_t64k1s4u4p4" {
+	if got := groupedConfigs[pickGrouped(8, 128, 4096, true)].groupedName(); got != "glyd_lin_f12gw_t64k1s4u4p4" {
 		t.Fatalf("forced grouped configuration ignored: %s", got)
 	}
 	if forced.Load() != 0 {
 		t.Fatal("a grouped name forced a dense configuration")
 	}
-	if err := ForceConfig(""); err != nil || pickGrouped(8, 128, true) != 0 {
+	if err := ForceConfig(""); err != nil || pickGrouped(8, 128, 4096, true) != 0 {
 		t.Fatal("\"\" did not restore the automatic grouped choice")
 	}
 }
