@@ -224,7 +224,8 @@ func (c linConfig) groupedName() string { return "glyd_lin_f12g" + c.name()[len(
 // Qwen3-30B-A3B and Llama-4-Scout blocks on the H200 with each tile forced
 // (session 13, python/benchmarks/moe_grouped_sweep.py):
 //   - over 8 rows per expert the 64-row wgmma tile (at 16 per expert 1-16%
-//     faster than the 16-row one), over 64 the 128-row one;
+//     faster than the 16-row one), over 32 the 128-row one (at 64 per expert
+//     17-27% faster than the 64-row one; at 32, 11% slower);
 //   - from 1 to 8 rows per expert, for k <= 2048 (Qwen3's 2048 and 768) the
 //     16-row wgmma tile, 13-23% faster than the mma.sync tiles; for larger k
 //     (Mixtral, Llama 4) it is 6-33% slower than the mma.sync tile of 8
@@ -236,7 +237,7 @@ func pickGrouped(rows, e, k int64, hopper bool) int {
 	}
 	if hopper {
 		switch {
-		case rows > 64*e:
+		case rows > 32*e:
 			return groupedWgmma + 2
 		case rows > 8*e:
 			return groupedWgmma + 1

@@ -140,8 +140,9 @@ func TestPickGroupedCoversTheMeanRowsPerExpert(t *testing.T) {
 		{65, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
 		{128, 8, "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
 		{129, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
-		{512, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
-		{513, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
+		{256, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
+		{257, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
+		{512, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
 		{1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
 	} {
 		if got := groupedConfigs[pickGrouped(c.rows, c.e, 4096, false)].groupedName(); got != c.want {
