@@ -42,6 +42,13 @@ def relayout(holder, relaid: bool) -> dict:
     holder untouched): in the kernels' orientation for relaid=True (the holder
     must hold the checkpoint's), the checkpoint's for relaid=False (the holder
     must be relaid). Synchronizes the current stream once per chunk."""
+    # normal tensors even when the first forward runs under torch.inference_mode():
+    # they become parameters that load_state_dict may later write into
+    with torch.inference_mode(False), torch.no_grad():
+        return _relayout(holder, relaid)
+
+
+def _relayout(holder, relaid: bool) -> dict:
     if not relayable(holder):
         raise InvalidArgumentError(1, f"the packed tensor {holder.attr!r} {holder.shape} ({holder.layout}, "
                                       f"{holder.dtype}, on {holder.device}) cannot be re-laid: that needs "

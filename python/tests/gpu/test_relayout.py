@@ -140,6 +140,20 @@ def test_a_relaid_holder_leaves_in_the_stored_orientation():
     _assert_planes(h.planes(), stored)
 
 
+def test_relaid_under_inference_mode_stays_writable():
+    """A first forward under torch.inference_mode() re-lays the planes; they stay
+    normal tensors, so load_state_dict can write into them later."""
+    w = _experts(2, 32, 48, seed=4)
+    h, _ = _holder(w)
+    stored = _planes(h)
+    with torch.inference_mode():
+        h.relay(True)
+    assert h.relaid and not h.glyd_sm.is_inference()
+    h.load_state_dict({"glyd_" + k: v for k, v in stored.items() if h._parameters.get("glyd_" + k) is not None})
+    _assert_planes(h.planes(), stored)
+    assert _same_bits(h.decode(), w)
+
+
 def test_relayout_refuses_what_it_cannot_do():
     from glyd.errors import InvalidArgumentError
     from glyd.transformers import gpu_relayout
