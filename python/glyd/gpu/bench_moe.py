@@ -33,6 +33,7 @@ BLOCKS = {
     "llama4-scout": ("llama4", 5120, 8192, 16, 1),
     "qwen3-30b-a3b": ("qwen3", 2048, 768, 128, 8),
     "mixtral-8x7b": ("mixtral", 4096, 14336, 8, 2),
+    "gpt-oss-20b": ("gpt_oss", 2880, 2880, 32, 4),  # experts stored transposed, gate/up interleaved, biases
 }
 
 
@@ -52,6 +53,11 @@ def make_block(name: str, seed: int = 0, device="cuda"):
 
         cfg = transformers.Qwen3MoeConfig(hidden_size=hidden, moe_intermediate_size=inter, num_experts=experts,
                                           num_experts_per_tok=k, norm_topk_prob=True)
+    elif family == "gpt_oss":
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP as cls
+
+        cfg = transformers.GptOssConfig(hidden_size=hidden, intermediate_size=inter, num_local_experts=experts,
+                                        num_experts_per_tok=k)
     else:
         from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock as cls
 
