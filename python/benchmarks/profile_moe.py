@@ -1,11 +1,13 @@
 """Where the time of one MoE block goes: `python python/benchmarks/profile_moe.py
-[BLOCK] [TOKENS] [timeline]` (a name of glyd.gpu.bench_moe.BLOCKS, default
+[BLOCK] [TOKENS] [timeline|graph]` (a name of glyd.gpu.bench_moe.BLOCKS, default
 qwen3-30b-a3b, 1 token) prints the GPU kernels of one forward (torch.profiler: name,
 launches, total µs) for bf16 under batched_mm and for Glyd, then the CUDA-graph time of
 each. The difference between the graph time and the sum of kernel times is what the
 graph's kernel launches cost beyond the kernels. `timeline` adds, for Glyd, every kernel
 of the forward in start order with its stream, start and end (µs from the first kernel;
-from the profiler's Chrome trace): where a side stream's kernels overlap the block's."""
+from the profiler's Chrome trace): where a side stream's kernels overlap the block's.
+`graph` prints that timeline for one replay of the block's CUDA graph instead of an eager call
+(no launch gaps from the host: how the kernels overlap as the benchmarks time them)."""
 
 import copy
 import json
@@ -21,7 +23,7 @@ from glyd.transformers import gpu_experts
 
 name = sys.argv[1] if len(sys.argv) > 1 else "qwen3-30b-a3b"
 tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-timeline = len(sys.argv) > 3 and sys.argv[3] == "timeline"
+mode = sys.argv[3] if len(sys.argv) > 3 else ""
 ref = bench_moe.make_block(name)
 glyd_block = gpu_experts.pack_module(copy.deepcopy(ref))
 x = torch.randn(1, tokens, bench_moe.BLOCKS[name][1], device="cuda", dtype=torch.bfloat16)
@@ -53,7 +55,25 @@ def kernels(label, block):
     return prof
 
 
-def print_timeline(prof):
+def graph_replay_profile(block):
+    """The profiler around one replay of the block's CUDA graph (after warm replays)."""
+    with torch.no_grad():
+        for _ in range(3):
+            bench_moe.run(block, x)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            bench_moe.run(block, x)
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            graph.replay()
+            torch.cuda.synchronize()
+    return prof
+
+
+def print_timeline(prof, what="Glyd timeline"):
     """The forward's GPU kernels and copies in start order: stream, start, end, duration."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "trace.json")
@@ -67,7 +87,7 @@ def print_timeline(prof):
         print("\n(no GPU events in the trace)")
         return
     t0 = gpu[0]["ts"]
-    print("\n## Glyd timeline (µs from the first kernel)\n\n| stream | start | end | µs | kernel |\n|---:|---:|---:|---:|---|")
+    print(f"\n## {what} (µs from the first kernel)\n\n| stream | start | end | µs | kernel |\n|---:|---:|---:|---:|---|")
     for e in gpu:
         start, dur = e["ts"] - t0, e.get("dur", 0)
         print(f"| {e.get('args', {}).get('stream', '?')} | {start:.1f} | {start + dur:.1f} | {dur:.1f} | {e['name'][:70]} |")
@@ -75,5 +95,7 @@ def print_timeline(prof):
 
 kernels(f"bf16 {impl}, {name}, {tokens} tokens", ref)
 glyd_prof = kernels(f"Glyd, {name}, {tokens} tokens", glyd_block)
-if timeline:
+if mode == "timeline":
     print_timeline(glyd_prof)
+elif mode == "graph":
+    print_timeline(graph_replay_profile(glyd_block), "Glyd timeline, one CUDA-graph replay")

@@ -14,6 +14,12 @@ How: a forward pre-hook on the block (installed by :func:`attach`) forks:
 the side stream waits for the current one, the shared module runs there on
 the block's input (rows flattened), and for the duration of the call the
 block's shared module is replaced by a stand-in (:class:`_SharedOutput`).
+The block's own work (router, routing, routed experts) runs on a stream of
+the highest priority, which also waits for the current one: the shared
+expert's linears, queued first, fill every SM, and at equal priority the
+block's small kernels waited for their last blocks to start (Llama-4-Scout,
+1 token, one CUDA-graph replay: the router only began 34 µs in, after the
+shared gate/up; session 13). The current stream waits for both at the end.
 When the block calls it with the very same tensor, unmodified (its version
 counter), in any shape with the same last dimension, the stand-in makes the
 current stream wait for the side one and returns that output in the shape
@@ -28,9 +34,9 @@ so the block's output is bit-identical with and without the overlap. Not
 under ``exact=True`` (kept to the bf16 model's single stream), torch.compile,
 autograd, or on the CPU. CUDA graphs: the fork and the join are stream waits,
 captured as a branch of the graph. Memory: the block's input stays referenced
-until the streams are joined, and every side-stream allocation follows a fork
-(the side stream waits for the current one first), so the caching allocator
-never hands a block to one stream while the other still uses it.
+until the streams are joined, and every side- or body-stream allocation
+follows a fork (both wait for the current one first), so the caching
+allocator never hands a block to one stream while another still uses it.
 
 ``GLYD_SHARED_STREAM=0`` (read at attach) or :func:`set_overlap` turn it
 off, for A/B measurements.
@@ -56,6 +62,7 @@ SHARED_NAMES = ("shared_expert", "shared_experts")
 _KEY = "_glyd_shared"
 _LOG = logging.getLogger("glyd.transformers")
 _SIDE: dict = {}  # device index -> side stream
+_BODY: dict = {}  # device index -> the block's high-priority stream
 
 
 class _State:
@@ -66,11 +73,12 @@ class _State:
         self.name, self.off = name, off
         self.real = None  # the shared module while its stand-in is in place
         self.pending = None  # (input, its version, output) until the stand-in is called
+        self.caller = None  # the caller's stream while the block runs on its body stream
         self.standin = _SharedOutput(self)
         self._linears = (None, ())  # (shared module, its packed linears)
 
     def __getstate__(self):
-        return {"name": self.name, "off": self.off}
+        return {"name": self.name, "off": self.off}  # not the transient streams
 
     def __setstate__(self, state):
         self.__init__(state["name"], state["off"])
@@ -112,6 +120,13 @@ def _side(device: torch.device) -> torch.cuda.Stream:
     return s
 
 
+def _body(device: torch.device) -> torch.cuda.Stream:
+    s = _BODY.get(device.index)
+    if s is None:  # torch maps a priority beyond the device's range to its highest
+        s = _BODY[device.index] = torch.cuda.Stream(device, priority=-1000)
+    return s
+
+
 def _fork(block, args, kwargs) -> None:
     st: Optional[_State] = block.__dict__.get(_KEY)
     if st is None or st.off or st.pending is not None:
@@ -134,6 +149,10 @@ def _fork(block, args, kwargs) -> None:
         return
     st.real, st.pending = real, (x, _version(x), y)
     block._modules[st.name] = st.standin
+    body = _body(x.device)
+    body.wait_stream(main)
+    st.caller = main
+    torch.cuda.set_stream(body)
 
 
 def _join(block, args, kwargs, output) -> None:
@@ -147,6 +166,10 @@ def _join(block, args, kwargs, output) -> None:
         st.pending = None
         torch.cuda.current_stream(y.device).wait_stream(_side(y.device))
         st.off = True
+    if st.caller is not None:  # back on the caller's stream, after the block's work
+        caller, st.caller = st.caller, None
+        caller.wait_stream(torch.cuda.current_stream(caller.device))
+        torch.cuda.set_stream(caller)
 
 
 def _shared_child(block: nn.Module) -> Optional[str]:

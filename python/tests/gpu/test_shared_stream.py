@@ -1,6 +1,7 @@
 """Shared experts on a side stream (glyd.transformers.gpu_shared) on the GPU:
 the block's output bit-identical with and without the overlap (same kernels,
-another stream), inside a CUDA graph too; a block that calls its shared expert
+another stream), inside a CUDA graph too; the block's own work on a stream
+of higher priority; a block that calls its shared expert
 with another input than its own gets the right output and runs it in line from
 then on. Skipped without a GPU."""
 
@@ -56,6 +57,23 @@ def test_same_bits_with_and_without(model_type):
 def _block(m):
     name = gpu_shared.overlapped_blocks(m)[0]
     return m.get_submodule(name)
+
+
+def test_block_body_on_a_high_priority_stream():
+    """The block's own work (its experts here) runs on a stream of higher
+    priority than the caller's; the caller's stream is current again after."""
+    blk = _block(_packed("llama4_text"))
+    seen = []
+    hook = blk.experts.register_forward_pre_hook(lambda mod, args: seen.append(torch.cuda.current_stream(DEV)))
+    caller = torch.cuda.current_stream(DEV)
+    x = torch.randn(1, 3, blk.shared_expert.gate_proj.in_features, device=DEV, dtype=torch.bfloat16)
+    try:
+        with torch.no_grad():
+            blk(x)
+    finally:
+        hook.remove()
+    assert seen and seen[0] != caller and seen[0].priority < caller.priority
+    assert torch.cuda.current_stream(DEV) == caller
 
 
 @pytest.mark.parametrize("tokens", [1, 7])
