@@ -218,12 +218,7 @@ class ExpertWeights:
         """True if the grouped kernels can run this tensor: fixed12 bf16 on a GPU,
         shapes they read aligned (linear layout: in % 16 == 0 and experts of a
         multiple of 32 elements; transposed: out % 8 == 0)."""
-        if not self._kernels_apply():
-            return False
-        a, b = self.expert_shape
-        if self.transposed:
-            return b % 8 == 0 and (a * b) % 8 == 0
-        return b % 16 == 0 and (a * b) % 32 == 0
+        return self._kernels_apply() and _grouped_reads(self.expert_shape, self.transposed)
 
     def expert(self, e: int):
         """Group e as a one-group DeviceTensor over slices of the planes (no copy)."""
@@ -254,7 +249,7 @@ class ExpertWeights:
         """fixed12 bf16 planes on a GPU, and the kernels not turned off (GLYD_MOE_NO_FUSED)."""
         h = self.holder
         return (h.device.type == "cuda" and h.layout == "fixed12" and h.dtype == torch.bfloat16
-                and os.environ.get("GLYD_MOE_NO_FUSED", "") in ("", "0"))
+                and _kernels_on())
 
     def fused(self) -> bool:
         """True if the per-expert fused linear (glyd_gpu_linear) can run this tensor."""
@@ -276,6 +271,21 @@ class ExpertWeights:
         else:
             torch.mm(x, w.t(), out=out)
         return out
+
+
+def _kernels_on() -> bool:
+    """The experts kernels are not turned off (GLYD_MOE_NO_FUSED)."""
+    return os.environ.get("GLYD_MOE_NO_FUSED", "") in ("", "0")
+
+
+def _grouped_reads(expert_shape, transposed: bool) -> bool:
+    """The grouped kernels read experts of this shape (as held) aligned: linear
+    layout [out, in]: in % 16 == 0 and a multiple of 32 elements; transposed
+    [in, out]: out % 8 == 0."""
+    a, b = expert_shape
+    if transposed:
+        return b % 8 == 0 and (a * b) % 8 == 0
+    return b % 16 == 0 and (a * b) % 32 == 0
 
 
 class _Workspace:
@@ -1216,7 +1226,7 @@ def relay_wanted(module, holder) -> bool:
     if not relayable(holder) or torch.cuda.is_current_stream_capturing():
         return False
     _, a, b = holder.shape  # [E, in, out]: re-laid [E, out, in]
-    return os.environ.get("GLYD_MOE_NO_FUSED", "") in ("", "0") and a % 16 == 0 and (a * b) % 32 == 0
+    return _kernels_on() and _grouped_reads((b, a), False)
 
 
 # ---- registration --------------------------------------------------------------------------------

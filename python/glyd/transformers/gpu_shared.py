@@ -113,18 +113,19 @@ class _SharedOutput(nn.Module):
         return st.real(x, *args, **kwargs)
 
 
-def _side(device: torch.device) -> torch.cuda.Stream:
-    s = _SIDE.get(device.index)
-    if s is None:
-        s = _SIDE[device.index] = torch.cuda.Stream(device)
+def _stream(streams: dict, device: torch.device, priority: int = 0) -> torch.cuda.Stream:
+    s = streams.get(device.index)
+    if s is None:  # torch maps a priority beyond the device's range to its nearest end
+        s = streams[device.index] = torch.cuda.Stream(device, priority=priority)
     return s
+
+
+def _side(device: torch.device) -> torch.cuda.Stream:
+    return _stream(_SIDE, device)
 
 
 def _body(device: torch.device) -> torch.cuda.Stream:
-    s = _BODY.get(device.index)
-    if s is None:  # torch maps a priority beyond the device's range to its highest
-        s = _BODY[device.index] = torch.cuda.Stream(device, priority=-1000)
-    return s
+    return _stream(_BODY, device, priority=-1000)  # the highest
 
 
 def _fork(block, args, kwargs) -> None:
