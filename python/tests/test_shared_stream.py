@@ -56,17 +56,3 @@ def test_cpu_forward_and_deepcopy():
     assert gpu_shared.overlapped_blocks(c) == gpu_shared.overlapped_blocks(m)
     with torch.no_grad():
         assert torch.equal(c(**inputs).logits, a)
-
-
-@pytest.mark.parametrize("model_type, router", [("llama4_text", "router"), ("deepseek_v3", "gate"), ("qwen2_moe", "gate")])
-def test_the_shared_expert_waits_for_the_router(model_type, router, monkeypatch):
-    def states(m):
-        return [b.__dict__[gpu_shared._KEY] for b in m.modules() if gpu_shared._KEY in b.__dict__]
-
-    m = _packed(model_type)
-    assert {s.router for s in states(m)} == {router}
-    c = copy.deepcopy(m)  # the router's hook finds the copy's own state
-    blocks = [b for b in c.modules() if gpu_shared._KEY in b.__dict__]
-    assert all(getattr(b, router).__dict__[gpu_shared._ROUTER_KEY] is b.__dict__[gpu_shared._KEY] for b in blocks)
-    monkeypatch.setenv("GLYD_SHARED_FORK", "block")
-    assert {s.router for s in states(_packed(model_type))} == {None}

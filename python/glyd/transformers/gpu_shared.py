@@ -10,24 +10,16 @@ packed linears stream their weights at full bandwidth. So the shared expert
 starts on a side stream as the block begins, and the block takes its output
 when it asks for it: the small kernels and the routed experts run beside it.
 
-How: a forward pre-hook on the block (installed by :func:`attach`) moves the
-block's own work (router, routing, routed experts) to a stream of the highest
-priority that waits for the current one, and replaces the block's shared
-module, for the duration of the call, by a stand-in (:class:`_SharedOutput`).
-The shared module then runs on the side stream on the block's input (rows
-flattened), after the work queued before it: as the block's router returns
-(a forward hook on the child named in ROUTER_NAMES), or at once where the
-block has no router child or calls its shared expert before its router
-(Qwen2-MoE: found on the first call, which runs it in line). Why after the
-router: the shared expert's linears fill every SM, and the router's GEMM
-(cuBLAS, large tiles) found no room beside them until they drained —
-Llama-4-Scout, 1 token, one CUDA-graph replay: the router began 34 µs in,
-whatever the streams' priorities (a graph launch ignores them) — so the
-routing chain, the block's critical path, started 34 µs late. The side
-stream also takes only part of each SM (glyd._gpu.set_stream_share,
-``GLYD_SHARED_SM_PERCENT``, default SHARE_PERCENT) so that the routing's
-small kernels find room beside it. The current stream waits for both
-streams at the end.
+How: a forward pre-hook on the block (installed by :func:`attach`) forks:
+the side stream waits for the current one, the shared module runs there on
+the block's input (rows flattened), and for the duration of the call the
+block's shared module is replaced by a stand-in (:class:`_SharedOutput`).
+The block's own work (router, routing, routed experts) runs on a stream of
+the highest priority, which also waits for the current one: the shared
+expert's linears, queued first, fill every SM, and at equal priority the
+block's small kernels waited for their last blocks to start (Llama-4-Scout,
+1 token, one CUDA-graph replay: the router only began 34 µs in, after the
+shared gate/up; session 13). The current stream waits for both at the end.
 When the block calls it with the very same tensor, unmodified (its version
 counter), in any shape with the same last dimension, the stand-in makes the
 current stream wait for the side one and returns that output in the shape
@@ -47,8 +39,7 @@ follows a fork (both wait for the current one first), so the caching
 allocator never hands a block to one stream while another still uses it.
 
 ``GLYD_SHARED_STREAM=0`` (read at attach) or :func:`set_overlap` turn it
-off, for A/B measurements; ``GLYD_SHARED_FORK=block`` (read at attach)
-starts the shared expert with the block, as before session 14.
+off, for A/B measurements.
 """
 
 from __future__ import annotations
@@ -69,14 +60,7 @@ __all__ = ["attach", "set_overlap", "overlapped_blocks"]
 #: The names transformers gives a MoE block's shared expert module.
 SHARED_NAMES = ("shared_expert", "shared_experts")
 
-#: The names transformers gives a MoE block's router module.
-ROUTER_NAMES = ("router", "gate")
-
-#: The share of each SM the shared expert's side stream takes (session 14 sweep).
-SHARE_PERCENT = 75
-
 _KEY = "_glyd_shared"
-_ROUTER_KEY = "_glyd_shared_of"  # on the router: its block's _State
 _LOG = logging.getLogger("glyd.transformers")
 _SIDE: dict = {}  # device index -> side stream
 _BODY: dict = {}  # device index -> the block's high-priority stream
@@ -86,21 +70,19 @@ class _State:
     """Per block: the shared module's attribute name, whether the overlap is
     off, and the pending call (transient: dropped by deepcopy and pickle)."""
 
-    def __init__(self, name: str, off: bool, router: Optional[str] = None):
+    def __init__(self, name: str, off: bool):
         self.name, self.off = name, off
-        self.router = router  # the router child after which the shared expert starts; None: at the block's start
         self.real = None  # the shared module while its stand-in is in place
-        self.x = None  # the block's input while the shared expert waits for the router
         self.pending = None  # (input, its version, output) until the stand-in is called
         self.caller = None  # the caller's stream while the block runs on its body stream
         self.standin = _SharedOutput(self)
         self._linears = (None, ())  # (shared module, its packed linears)
 
     def __getstate__(self):
-        return {"name": self.name, "off": self.off, "router": self.router}  # not the transient streams
+        return {"name": self.name, "off": self.off}  # not the transient streams
 
     def __setstate__(self, state):
-        self.__init__(state["name"], state["off"], state.get("router"))
+        self.__init__(state["name"], state["off"])
 
     def linears(self, real) -> tuple:
         if self._linears[0] is not real:
@@ -117,9 +99,7 @@ class _SharedOutput(nn.Module):
 
     def forward(self, x, *args, **kwargs):
         st = self.__dict__["state"]
-        if st.pending is None:  # not launched (the block asks before its router ran), or called again
-            if st.x is not None:  # this family calls its shared expert first: fork at the block's start from now on
-                st.x, st.router = None, None
+        if st.pending is None:  # called again in the same block call: the real module
             return st.real(x, *args, **kwargs)
         x0, version, y = st.pending
         st.pending = None
@@ -145,7 +125,7 @@ def _stream(streams: dict, device: torch.device, priority: int = 0, share: int =
 
 
 def _side(device: torch.device) -> torch.cuda.Stream:
-    return _stream(_SIDE, device, share=int(os.environ.get("GLYD_SHARED_SM_PERCENT", SHARE_PERCENT)))
+    return _stream(_SIDE, device, share=int(os.environ.get("GLYD_SHARED_SM_PERCENT", "75")))
 
 
 def _body(device: torch.device) -> torch.cuda.Stream:
@@ -154,7 +134,7 @@ def _body(device: torch.device) -> torch.cuda.Stream:
 
 def _fork(block, args, kwargs) -> None:
     st: Optional[_State] = block.__dict__.get(_KEY)
-    if st is None or st.off or st.real is not None:
+    if st is None or st.off or st.pending is not None:
         return
     x = args[0] if args else kwargs.get("hidden_states")
     if (not torch.is_tensor(x) or x.device.type != "cuda" or x.dtype != torch.bfloat16 or x.dim() == 0
@@ -164,47 +144,28 @@ def _fork(block, args, kwargs) -> None:
     lins = st.linears(real) if isinstance(real, nn.Module) and not isinstance(real, _SharedOutput) else ()
     if not lins or any(m.exact for m in lins):
         return
-    main, body = torch.cuda.current_stream(x.device), _body(x.device)
+    main, side = torch.cuda.current_stream(x.device), _side(x.device)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
+        y = real(x.reshape(-1, x.shape[-1]))
+    if not torch.is_tensor(y) or not y.is_contiguous():
+        main.wait_stream(side)  # not a plain MLP: leave it in line
+        st.off = True
+        return
+    st.real, st.pending = real, (x, _version(x), y)
+    block._modules[st.name] = st.standin
+    body = _body(x.device)
     body.wait_stream(main)
     st.caller = main
     torch.cuda.set_stream(body)
-    st.real = real
-    block._modules[st.name] = st.standin
-    if st.router is None:
-        _launch(st, x)
-    else:  # _routed starts it
-        st.x = x
-
-
-def _routed(router, args, output) -> None:
-    """After the block's router: the shared expert starts now (see the module docstring)."""
-    st: Optional[_State] = router.__dict__.get(_ROUTER_KEY)
-    if st is not None and st.x is not None:
-        x, st.x = st.x, None
-        _launch(st, x)
-
-
-def _launch(st: _State, x: torch.Tensor) -> None:
-    """The shared expert on the side stream, after the work queued so far."""
-    side = _side(x.device)
-    side.wait_stream(torch.cuda.current_stream(x.device))
-    with torch.cuda.stream(side):
-        y = st.real(x.reshape(-1, x.shape[-1]))
-    if not torch.is_tensor(y) or not y.is_contiguous():
-        torch.cuda.current_stream(x.device).wait_stream(side)  # not a plain MLP: leave it in line
-        st.off = True
-        return
-    st.pending = (x, _version(x), y)
 
 
 def _join(block, args, kwargs, output) -> None:
     st: Optional[_State] = block.__dict__.get(_KEY)
     if st is None:
         return
-    st.x = None
     if block._modules.get(st.name) is st.standin:
-        block._modules[st.name] = st.real
-    st.real = None
+        block._modules[st.name], st.real = st.real, None
     if st.pending is not None:  # the block did not ask for it
         y = st.pending[2]
         st.pending = None
@@ -229,14 +190,6 @@ def _shared_child(block: nn.Module) -> Optional[str]:
     return None
 
 
-def _router_child(block: nn.Module) -> Optional[str]:
-    """The name of block's router (its child named in ROUTER_NAMES), if any."""
-    for name in ROUTER_NAMES:
-        if isinstance(block._modules.get(name), nn.Module):
-            return name
-    return None
-
-
 def attach(model: nn.Module) -> int:
     """Install the overlap on every MoE block of ``model`` with a shared expert
     (idempotent; on any device: the hooks act on CUDA inputs only). Returns how
@@ -250,13 +203,9 @@ def attach(model: nn.Module) -> int:
         name = _shared_child(block)
         if name is None:
             continue
-        router = None if os.environ.get("GLYD_SHARED_FORK") == "block" else _router_child(block)
-        st = block.__dict__[_KEY] = _State(name, off, router)
+        block.__dict__[_KEY] = _State(name, off)
         block.register_forward_pre_hook(_fork, with_kwargs=True)
         block.register_forward_hook(_join, with_kwargs=True, always_call=True)
-        if router is not None:
-            block._modules[router].__dict__[_ROUTER_KEY] = st
-            block._modules[router].register_forward_hook(_routed)
         n += 1
     return n
 

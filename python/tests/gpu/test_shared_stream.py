@@ -76,46 +76,6 @@ def test_block_body_on_a_high_priority_stream():
     assert torch.cuda.current_stream(DEV) == caller
 
 
-def test_shared_expert_starts_after_the_router():
-    """Llama 4 calls its shared expert last: it starts on the side stream as the
-    router returns, after the router's kernels were queued."""
-    blk = _block(_packed("llama4_text"))
-    order = []
-    hooks = [blk.router.register_forward_pre_hook(lambda mod, args: order.append("router")),
-             blk.shared_expert.register_forward_pre_hook(
-                 lambda mod, args: order.append(torch.cuda.current_stream(DEV) == gpu_shared._side(DEV)))]
-    x = torch.randn(1, 3, blk.shared_expert.gate_proj.in_features, device=DEV, dtype=torch.bfloat16)
-    try:
-        with torch.no_grad():
-            got = blk(x)[0]
-            gpu_shared.set_overlap(blk, False)
-            want = blk(x)[0]
-    finally:
-        for h in hooks:
-            h.remove()
-    torch.cuda.synchronize()
-    assert order[:2] == ["router", True]
-    assert torch.equal(got, want)
-
-
-def test_shared_expert_called_first():
-    """Qwen2-MoE calls its shared expert before its router: the first call runs
-    it in line, later calls start it with the block; same bits throughout."""
-    blk = _block(_packed("qwen2_moe"))
-    st = blk.__dict__[gpu_shared._KEY]
-    x = torch.randn(1, 3, blk.shared_expert.gate_proj.in_features, device=DEV, dtype=torch.bfloat16)
-    with torch.no_grad():
-        gpu_shared.set_overlap(blk, False)
-        want = blk(x)
-        gpu_shared.set_overlap(blk, True)
-        assert st.router == "gate"
-        first = blk(x)
-        assert st.router is None and gpu_shared.overlapped_blocks(blk) == [""]
-        second = blk(x)
-    torch.cuda.synchronize()
-    assert torch.equal(first, want) and torch.equal(second, want)
-
-
 @pytest.mark.parametrize("tokens", [1, 7])
 def test_graph_replay(tokens):
     blk = _block(_packed("llama4_text"))
