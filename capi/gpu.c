@@ -46,9 +46,6 @@ int glyd_gpu_linear_kernel(int device, const glyd_gpu_tensor *w, int64_t rows, c
 }
 int glyd_gpu_force_kernel(const char *name) { return glydgo_gpu_force_kernel((char *)name); }
 int glyd_gpu_linear_configs(const char **names) { return glydgo_gpu_linear_configs((char **)names); }
-int glyd_gpu_set_stream_share(int device, void *stream, int percent) {
-    return glydgo_gpu_set_stream_share(device, stream, percent);
-}
 int glyd_gpu_pack_workspace_bytes(int dtype, int layout, const int64_t *shape, size_t ndim,
                                   int64_t groups, size_t *bytes) {
     return glydgo_gpu_pack_workspace_bytes(dtype, layout, (int64_t *)shape, ndim, groups, bytes);

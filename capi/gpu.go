@@ -334,12 +334,6 @@ func glydgo_gpu_force_kernel(name *C.char) (rc C.int) {
 	return result(gpu.ForceConfig(s))
 }
 
-//export glydgo_gpu_set_stream_share
-func glydgo_gpu_set_stream_share(device C.int, stream unsafe.Pointer, percent C.int) (rc C.int) {
-	defer guard(&rc)
-	return result(gpu.SetStreamShare(int(device), uintptr(stream), int(percent)))
-}
-
 var linearConfigsC = sync.OnceValue(func() *C.char { return C.CString(strings.Join(gpu.ConfigNames(), "\n")) })
 
 //export glydgo_gpu_linear_configs

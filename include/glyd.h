@@ -419,16 +419,6 @@ int glyd_gpu_force_kernel(const char *name);
  * '\n' (static storage; "generic" is accepted too and not listed). */
 int glyd_gpu_linear_configs(const char **names);
 
-/* Give `stream` a share of `percent` (1..100) of each multiprocessor of
- * `device`: the kernels Glyd launches on it from now on keep at most that
- * share of their resident blocks per SM (at least one), so that kernels
- * other streams launch later find room beside them at once (a MoE block's
- * shared expert on a side stream beside the block's routing). 100 restores
- * the default (everything). Same results: only the blocks' shared-memory
- * reservation grows. Launches captured in a CUDA graph keep the share they
- * were captured with. INVALID_ARGUMENT for a percent out of range. */
-int glyd_gpu_set_stream_share(int device, void *stream, int percent);
-
 /* Packing on the GPU. The planes, groups and checksum are exactly those
  * glyd_pack writes for the same elements, layout and groups (kernels/pack.cu;
  * both layouts, bf16 only: fp16 gives UNSUPPORTED, pack it with glyd_pack).

@@ -201,11 +201,10 @@ func init() {
 const maxDynSmem = 134 * 1024
 
 type device struct {
-	once    sync.Once
-	err     error
-	info    Info
-	occ     [][2]int // resident blocks per SM of each linear configuration: single, _many
-	smemMax int      // the dynamic shared memory every kernel may ask for
+	once sync.Once
+	err  error
+	info Info
+	occ  [][2]int // resident blocks per SM of each linear configuration: single, _many
 }
 
 var devices [C.GLYD_MAX_DEVICES]device
@@ -241,13 +240,15 @@ func load(dev int) (*device, error) {
 		if d.err != nil {
 			return
 		}
-		d.smemMax = smem
 		d.occ = make([][2]int, len(linConfigs))
 		for i, c := range linConfigs {
 			for many := range 2 {
-				if d.occ[i][many], d.err = occupancy(dev, linKernel(i, many == 1, false), uint32(c.threads()), uint32(c.smem())); d.err != nil {
+				var nb C.int
+				if err := drvErr(C.glyd_drv_occupancy(C.int(dev), C.int(linKernel(i, many == 1, false)), C.int(c.threads()), C.int(c.smem()), &nb, &e[0]), &e); err != nil {
+					d.err = err
 					return
 				}
+				d.occ[i][many] = int(nb)
 			}
 		}
 	})
@@ -299,10 +300,6 @@ func launch(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p
 // waits for it (griddepcontrol.wait) before it reads the activations or
 // writes anything (kernels/common.cuh, griddep_wait).
 func launchAs(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams, programmatic bool) error {
-	smem, err := streamSmem(dev, k, block, smem, stream)
-	if err != nil {
-		return err
-	}
 	var e [C.GLYD_ERRLEN]C.char
 	pr := C.int(0)
 	if programmatic {

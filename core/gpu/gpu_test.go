@@ -209,18 +209,3 @@ func TestLinearManyArgs(t *testing.T) {
 		}
 	}
 }
-
-// A stream share outside 1..100 is refused before the device is touched; a
-// valid one without a driver is NoGPU.
-func TestSetStreamShareArgs(t *testing.T) {
-	for _, p := range []int{0, -1, 101} {
-		if err := SetStreamShare(0, 0, p); status.CodeOf(err) != status.InvalidArgument {
-			t.Errorf("share %d: want InvalidArgument, got %v", p, err)
-		}
-	}
-	if Init() != nil {
-		if err := SetStreamShare(0, 0, 50); status.CodeOf(err) != status.NoGPU {
-			t.Errorf("share 50 without a driver: want NoGPU, got %v", err)
-		}
-	}
-}

@@ -60,7 +60,7 @@ import torch
 from . import _lib
 from .errors import InvalidArgumentError
 
-__all__ = ["DeviceTensor", "MultiLinear", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "set_stream_share", "pack",
+__all__ = ["DeviceTensor", "MultiLinear", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "pack",
            "pack_planes", "pack_device", "set_prompt_rows", "prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL", "moe_route",
            "moe_combine", "moe_silu_mul", "moe_row_experts"]
 
@@ -120,7 +120,6 @@ _SIGNATURES = {
     "glyd_gpu_linear_kernel": (c_int, [c_int, _T, c_int64, POINTER(c_char_p)]),
     "glyd_gpu_force_kernel": (c_int, [c_char_p]),
     "glyd_gpu_linear_configs": (c_int, [POINTER(c_char_p)]),
-    "glyd_gpu_set_stream_share": (c_int, [c_int, c_void_p, c_int]),
     "glyd_gpu_pack_workspace_bytes": (c_int, [c_int, c_int, POINTER(c_int64), c_size_t, c_int64, POINTER(c_size_t)]),
     "glyd_gpu_pack_bound": (c_int, [c_int, c_void_p, c_void_p, c_int, c_int, POINTER(c_int64), c_size_t, c_int64,
                                     c_void_p, c_size_t, POINTER(c_uint64)]),
@@ -645,17 +644,6 @@ def force_kernel(name: str | None) -> None:
     _lib.check(_gpu().glyd_gpu_force_kernel(name.encode() if name else None))
     _FORCED[0] = bool(name) and not name.startswith("glyd_lin_f12g")
     _FORCE_GEN[0] += 1
-
-
-def set_stream_share(stream: torch.cuda.Stream, percent: int) -> None:
-    """Glyd's kernels launched on `stream` from now on keep at most `percent` (1..100)
-    of their resident blocks on each multiprocessor, leaving room for other streams'
-    kernels launched after them (100: all, the default). Same results."""
-    if not isinstance(stream, torch.cuda.Stream):
-        raise TypeError(f"set_stream_share: stream must be a torch.cuda.Stream, not {type(stream).__name__}")
-    if isinstance(percent, bool) or not isinstance(percent, int) or not 1 <= percent <= 100:
-        raise ValueError(f"set_stream_share: percent must be an int in 1..100, got {percent!r}")
-    _lib.check(_gpu().glyd_gpu_set_stream_share(stream.device.index, stream.cuda_stream, percent))
 
 
 def pack_planes(tensor: torch.Tensor, layout: str = "fixed12", groups: int = 1):

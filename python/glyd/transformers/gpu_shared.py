@@ -51,7 +51,6 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .. import _gpu
 from . import modules as _m
 from .gpu_linear import _version  # the siblings' tie of an output to its input
 
@@ -114,18 +113,15 @@ class _SharedOutput(nn.Module):
         return st.real(x, *args, **kwargs)
 
 
-def _stream(streams: dict, device: torch.device, priority: int = 0, share: int = 100) -> torch.cuda.Stream:
+def _stream(streams: dict, device: torch.device, priority: int = 0) -> torch.cuda.Stream:
     s = streams.get(device.index)
     if s is None:  # torch maps a priority beyond the device's range to its nearest end
-        s = torch.cuda.Stream(device, priority=priority)
-        if share < 100:
-            _gpu.set_stream_share(s, share)
-        streams[device.index] = s
+        s = streams[device.index] = torch.cuda.Stream(device, priority=priority)
     return s
 
 
 def _side(device: torch.device) -> torch.cuda.Stream:
-    return _stream(_SIDE, device, share=int(os.environ.get("GLYD_SHARED_SM_PERCENT", "75")))
+    return _stream(_SIDE, device)
 
 
 def _body(device: torch.device) -> torch.cuda.Stream:
