@@ -39,7 +39,8 @@ def close(got, ref, tol=MOE_TOL):
 
 def _capture(model, inputs):
     """(module, args, kwargs, output) of every call of a packed experts module (and of
-    DBRX's DbrxExperts, whose routing lives outside the packed module)."""
+    the patched blocks: DBRX's DbrxExperts, whose routing lives outside the packed
+    module, and Llama 4's MoE blocks)."""
     calls, handles = [], []
     targets = [m for _, m in iter_packed_modules(model) if isinstance(m, GlydExperts)]
     targets += [m for _, m in model.named_modules() if "forward" in m.__dict__]
@@ -75,6 +76,8 @@ def test_grouped_path_matches_family_forward(model_type, nosync, packed_dir, mon
         with torch.no_grad():
             got = mod.forward(*args, **kwargs) if "forward" in mod.__dict__ else \
                 gpu_experts.experts_forward(mod, *args, **kwargs)
+        if isinstance(got, tuple):  # Llama 4's block: (output, router logits)
+            got, ref = got[0], ref[0]
         assert got.shape == ref.shape and got.dtype == ref.dtype, (got.shape, ref.shape, got.dtype, ref.dtype)
         close(got, ref)
         n += 1
@@ -260,3 +263,24 @@ def test_default_gate_is_act_times_up():
 
     assert not gpu_experts._own_gate(Qwen3MoeExperts.__new__(Qwen3MoeExperts))
     assert gpu_experts._own_gate(GptOssExperts.__new__(GptOssExperts))
+
+
+def test_llama4_blocks_get_the_top1_forward():
+    """Llama 4's MoE blocks take gpu_experts._top1_block_forward (top-1 routing,
+    GPU only); elsewhere it runs the family's forward: on the CPU, and at top-2."""
+    from glyd.transformers import modules as _m
+
+    from conftest import make_model
+
+    m = gpu_experts.pack_module(make_model("llama4_text"))
+    blocks = [b for b in m.modules() if type(b).__name__ == "Llama4TextMoe"]
+    assert blocks and all(b.forward.fn is gpu_experts._top1_block_forward for b in blocks)
+    b = blocks[0]
+    x = torch.randn(3, b.hidden_dim, dtype=torch.bfloat16)
+    assert not gpu_experts._top1_block_ok(b, x)  # CPU, and top-2 in the tiny config
+    with torch.no_grad():
+        got = b(x)
+        want = type(b).forward(b, x)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    gpu_experts.attach(m)  # idempotent
+    assert isinstance(b.experts, _m.GlydExperts)

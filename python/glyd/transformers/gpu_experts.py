@@ -81,7 +81,6 @@ import inspect
 import logging
 import os
 import threading
-import types
 from typing import Optional
 
 import torch
@@ -794,22 +793,27 @@ def _all_experts_path(module, spec: _Spec, hidden: torch.Tensor) -> str:
     tokens (transposed experts) or the nosync() pairs per expert (re-laid ones);
     "nosync" above on a GPU within the routing kernels' limits, else "all-experts"."""
     flat = hidden.reshape(-1, hidden.shape[-1])
-    E = max(spec.num_experts, 1)
-    T = flat.shape[0] // E
-    env = os.environ.get("GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS")
-    if env is not None:
-        small = T <= int(env)
-    elif hidden.device.type == "cuda" and not expert_weights(module, spec.w_in, spec.transposed).transposed:
-        k = module.__dict__.get("_glyd_top_k") or E
-        per = _nosync_pairs_per_expert(hidden.device)
-        small = per <= 0 or T * min(k, E) < per * E
-    else:
-        small = T <= ALL_EXPERTS_GROUPED_TOKENS
-    if small:
+    T = flat.shape[0] // max(spec.num_experts, 1)
+    if _all_experts_small(module, spec, T, hidden.device):
         return "grouped-kernel" if grouped_kernel(module, spec, hidden.device) else "all-experts"
     if flat.device.type == "cuda" and _route_on_device(spec, flat, T * spec.num_experts):
         return "nosync"
     return "all-experts"
+
+
+def _all_experts_small(module, spec: _Spec, T: int, device) -> bool:
+    """Whether T tokens of Llama 4's experts take the grouped kernel: up to the
+    nosync() pairs per expert for re-laid experts, ALL_EXPERTS_GROUPED_TOKENS for
+    experts read as stored (GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS overrides both)."""
+    env = os.environ.get("GLYD_MOE_ALL_EXPERTS_GROUPED_TOKENS")
+    if env is not None:
+        return T <= int(env)
+    if device.type == "cuda" and not expert_weights(module, spec.w_in, spec.transposed).transposed:
+        E = max(spec.num_experts, 1)
+        k = module.__dict__.get("_glyd_top_k") or E
+        per = _nosync_pairs_per_expert(device)
+        return per <= 0 or T * min(k, E) < per * E
+    return T <= ALL_EXPERTS_GROUPED_TOKENS
 
 
 def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[torch.Tensor]:
@@ -898,6 +902,58 @@ def _all_experts_forward(module, spec: _Spec, hidden: torch.Tensor) -> torch.Ten
         d = _ffn(module, spec, xs, counts, None)
         out.index_copy_(0, rows, d.to(out.dtype))
     return out
+
+
+def _top1_block_ok(block, flat: torch.Tensor) -> bool:
+    """Whether a Llama 4 MoE block (patched by attach) takes _top1_block_forward for
+    this input: top-1 routing, bf16 on a GPU, not exact, no autograd, the grouped
+    kernel for this many tokens, and no hooks on the router or the experts (the
+    fast path calls neither)."""
+    ex, router = block._modules.get("experts"), block._modules.get("router")
+    if (not isinstance(ex, _m.GlydExperts) or not isinstance(router, torch.nn.Linear) or ex.exact
+            or getattr(block, "top_k", None) != 1 or flat.device.type != "cuda" or flat.dtype != torch.bfloat16
+            or flat.dim() != 2 or (torch.is_grad_enabled() and flat.requires_grad) or not _supported(ex, flat)
+            or torch.compiler.is_compiling()):
+        return False
+    if any(m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__ for m in (ex, router)):
+        return False
+    spec = spec_of(ex)
+    return (spec.kind == "fused" and spec.all_experts and router.weight.shape == (spec.num_experts, flat.shape[1])
+            and _route_on_device(spec, flat, flat.shape[0]) and grouped_kernel(ex, spec, flat.device)
+            and _all_experts_small(ex, spec, flat.shape[0], flat.device))
+
+
+def _top1_block_forward(self, hidden_states):
+    """Llama4TextMoe.forward for top-1 routing with packed experts on a GPU, in
+    fewer kernels: the family builds every token once per expert (repeat, times
+    the router scores: 0 for the experts not chosen), the experts find the
+    non-zero rows, and the routed outputs of all experts are summed per token.
+    Here the router's top-1 is routed directly (glyd._gpu.moe_route), only the
+    chosen rows are scaled, and the down projection's rows are gathered back in
+    token order. Same bits as the family's forward over Glyd's experts: the same
+    router GEMM, top-k, sigmoid and bf16 products, the same sorted rows for the
+    grouped kernels, and a sum of one non-zero row per token is that row."""
+    flat = hidden_states.reshape(-1, self.hidden_dim)
+    if not _top1_block_ok(self, flat):
+        return type(self).forward(self, hidden_states)
+    from .. import _gpu
+
+    ex, router = self.experts, self.router
+    spec = spec_of(ex)
+    logits = torch.nn.functional.linear(flat, router.weight, router.bias)
+    top, idx = torch.topk(logits, 1, dim=1)
+    score = torch.sigmoid(top.float()).to(flat.dtype)
+    offs, tok, rows = _gpu.moe_route(idx.reshape(-1), 1, spec.num_experts)
+    xs = (flat * score).index_select(0, tok)
+    wi = expert_weights(ex, spec.w_in, spec.transposed)
+    wd = expert_weights(ex, "down_proj", spec.transposed)
+    h = _gate(ex, spec, wi.grouped().linear(xs, offs))
+    if h.dtype != flat.dtype:
+        h = h.to(flat.dtype)
+    d = wd.grouped().linear(h.contiguous(), offs)
+    out = self.shared_expert(flat)
+    out.add_(d.index_select(0, rows))
+    return out, logits
 
 
 def _nonzero(mask: torch.Tensor, count: int) -> torch.Tensor:
@@ -1154,18 +1210,36 @@ def _dbrx_forward(self, hidden_states, top_k_index, top_k_weights):
         mlp.__dict__["_glyd_active"] = None
 
 
+class _BlockForward:
+    """A block's forward replaced by fn(block, *args): an instance attribute that,
+    unlike a bound method, survives pickling (fn by its name, the block by reference)
+    and deepcopy (bound to the copy)."""
+
+    def __init__(self, fn, block):
+        self.fn, self.block = fn, block
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(self.block, *args, **kwargs)
+
+
 def attach(model) -> None:
     """Patch the modules whose routing lives outside the packed module (DBRX's
     DbrxExperts around the packed DbrxExpertGLU): they then read only routed
-    experts, on the GPU (fused) and the CPU (decoded); run shared experts on a
-    side stream (gpu_shared). Idempotent."""
+    experts, on the GPU (fused) and the CPU (decoded); give Llama 4's MoE blocks
+    their top-1 forward (_top1_block_forward); run shared experts on a side
+    stream (gpu_shared). Idempotent."""
     for _, m in model.named_modules():
         child = m._modules.get("mlp") if hasattr(m, "_modules") else None
         if child is None or not isinstance(child, _m.GlydModule) or "forward" in m.__dict__:
             continue
         if spec_of(child).kind != "glu2d" or _nparams(type(m).forward) != 3:
             continue
-        m.forward = types.MethodType(_dbrx_forward, m)
+        m.forward = _BlockForward(_dbrx_forward, m)
+    for _, m in model.named_modules():  # Llama 4's MoE blocks: top-1 routed directly
+        if (type(m).__name__ == "Llama4TextMoe" and "forward" not in m.__dict__ and _nparams(type(m).forward) == 1
+                and isinstance(m._modules.get("experts"), _m.GlydExperts)
+                and type(m._modules.get("router")).__name__ == "Llama4Router"):
+            m.forward = _BlockForward(_top1_block_forward, m)
     prepare_experts(model)
     from . import gpu_shared
 
