@@ -932,64 +932,28 @@ def _top1_block_forward(self, hidden_states):
     chosen rows are scaled, and the down projection's rows are gathered back in
     token order. Same bits as the family's forward over Glyd's experts: the same
     router GEMM, top-k, sigmoid and bf16 products, the same sorted rows for the
-    grouped kernels, and a sum of one non-zero row per token is that row.
-
-    The shared expert (with gpu_shared's overlap on) runs on the side stream in
-    two parts: gate/up and the activation from the start, its down only once the
-    routed rows are ready. Its gate/up fills every SM until it drains, and the
-    router's GEMM waits for that either way; its down, started at once, took the
-    SMs again while the routing's small kernels waited (Llama-4-Scout, 1 token,
-    one CUDA-graph replay: top-k waited 17 µs, session 14), and beside the routed
-    experts it costs the critical path only its bandwidth."""
+    grouped kernels, and a sum of one non-zero row per token is that row."""
     flat = hidden_states.reshape(-1, self.hidden_dim)
     if not _top1_block_ok(self, flat):
         return type(self).forward(self, hidden_states)
     from .. import _gpu
 
-    from . import gpu_shared
-
-    ex, router, mlp = self.experts, self.router, self.shared_expert
+    ex, router = self.experts, self.router
     spec = spec_of(ex)
-    main = torch.cuda.current_stream(flat.device)
-    side = gpu_shared.side_stream(self, flat) if _llama4_mlp(mlp) else None
-    if side is not None:  # the shared expert's gate/up and activation first, beside the router
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            act = mlp.activation_fn(mlp.gate_proj(flat)) * mlp.up_proj(flat)
     logits = torch.nn.functional.linear(flat, router.weight, router.bias)
     top, idx = torch.topk(logits, 1, dim=1)
     score = torch.sigmoid(top.float()).to(flat.dtype)
     offs, tok, rows = _gpu.moe_route(idx.reshape(-1), 1, spec.num_experts)
     xs = (flat * score).index_select(0, tok)
-    if side is not None:  # its down beside the routed experts, after the routing
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            out = mlp.down_proj(act)
     wi = expert_weights(ex, spec.w_in, spec.transposed)
     wd = expert_weights(ex, "down_proj", spec.transposed)
     h = _gate(ex, spec, wi.grouped().linear(xs, offs))
     if h.dtype != flat.dtype:
         h = h.to(flat.dtype)
     d = wd.grouped().linear(h.contiguous(), offs)
-    if side is None:
-        out = mlp(flat)
-    else:
-        main.wait_stream(side)
+    out = self.shared_expert(flat)
     out.add_(d.index_select(0, rows))
     return out, logits
-
-
-def _llama4_mlp(mlp) -> bool:
-    """Llama4TextMLP with packed linears: its forward can be run in two parts."""
-    return (type(mlp).__name__ == "Llama4TextMLP" and "forward" not in mlp.__dict__
-            and all(isinstance(getattr(mlp, n, None), _m.GlydLinear) for n in ("gate_proj", "up_proj", "down_proj")))
-
-
-def _top1_runs_shared(block, x) -> bool:
-    """gpu_shared's question to a patched Llama 4 block: does its forward run the
-    shared expert (beside its own work) for input x?"""
-    return torch.is_tensor(x) and _top1_block_ok(block, x.reshape(-1, block.hidden_dim)) and _llama4_mlp(
-        block.shared_expert)
 
 
 def _nonzero(mask: torch.Tensor, count: int) -> torch.Tensor:
@@ -1251,16 +1215,11 @@ class _BlockForward:
     unlike a bound method, survives pickling (fn by its name, the block by reference)
     and deepcopy (bound to the copy)."""
 
-    def __init__(self, fn, block, runs_shared=None):
-        self.fn, self.block, self._runs_shared = fn, block, runs_shared
+    def __init__(self, fn, block):
+        self.fn, self.block = fn, block
 
     def __call__(self, *args, **kwargs):
         return self.fn(self.block, *args, **kwargs)
-
-    def runs_shared(self, x) -> bool:
-        """Whether this forward runs the block's shared expert beside its own work
-        for input x (gpu_shared's pre-hook then leaves it alone)."""
-        return self._runs_shared is not None and self._runs_shared(self.block, x)
 
 
 def attach(model) -> None:
@@ -1280,7 +1239,7 @@ def attach(model) -> None:
         if (type(m).__name__ == "Llama4TextMoe" and "forward" not in m.__dict__ and _nparams(type(m).forward) == 1
                 and isinstance(m._modules.get("experts"), _m.GlydExperts)
                 and type(m._modules.get("router")).__name__ == "Llama4Router"):
-            m.forward = _BlockForward(_top1_block_forward, m, runs_shared=_top1_runs_shared)
+            m.forward = _BlockForward(_top1_block_forward, m)
     prepare_experts(model)
     from . import gpu_shared
 

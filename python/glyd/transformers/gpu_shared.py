@@ -54,7 +54,7 @@ from torch import nn
 from . import modules as _m
 from .gpu_linear import _version  # the siblings' tie of an output to its input
 
-__all__ = ["attach", "set_overlap", "overlapped_blocks", "side_stream"]
+__all__ = ["attach", "set_overlap", "overlapped_blocks"]
 
 #: The names transformers gives a MoE block's shared expert module.
 SHARED_NAMES = ("shared_expert", "shared_experts")
@@ -128,38 +128,18 @@ def _body(device: torch.device) -> torch.cuda.Stream:
     return _stream(_BODY, device, priority=-1000)  # the highest
 
 
-def _eligible(block, x) -> Optional[tuple]:
-    """(state, shared module) when block's shared expert may run on the side
-    stream for input x: the overlap on, x a contiguous bf16 CUDA tensor outside
-    autograd and torch.compile, the shared module's packed linears not exact."""
+def _fork(block, args, kwargs) -> None:
     st: Optional[_State] = block.__dict__.get(_KEY)
     if st is None or st.off or st.pending is not None:
-        return None
+        return
+    x = args[0] if args else kwargs.get("hidden_states")
     if (not torch.is_tensor(x) or x.device.type != "cuda" or x.dtype != torch.bfloat16 or x.dim() == 0
             or not x.is_contiguous() or torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad)):
-        return None
+        return
     real = block._modules.get(st.name)
     lins = st.linears(real) if isinstance(real, nn.Module) and not isinstance(real, _SharedOutput) else ()
     if not lins or any(m.exact for m in lins):
-        return None
-    return st, real
-
-
-def side_stream(block, x) -> Optional[torch.cuda.Stream]:
-    """For a block whose own forward overlaps its shared expert (a ``forward``
-    instance attribute with ``runs_shared(x)`` true: gpu_experts' Llama 4 blocks,
-    which the pre-hook then leaves alone): the side stream for input x, or None
-    where the overlap does not apply."""
-    return _side(x.device) if _eligible(block, x) is not None else None
-
-
-def _fork(block, args, kwargs) -> None:
-    x = args[0] if args else kwargs.get("hidden_states")
-    ok = _eligible(block, x)
-    own = getattr(block.__dict__.get("forward"), "runs_shared", None)
-    if ok is None or (own is not None and own(x)):
         return
-    st, real = ok
     main, side = torch.cuda.current_stream(x.device), _side(x.device)
     side.wait_stream(main)
     with torch.cuda.stream(side):

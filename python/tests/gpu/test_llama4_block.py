@@ -17,7 +17,7 @@ if not torch.cuda.is_available() or not _gpu.available():
     pytest.skip("no CUDA GPU (or libglyd finds no driver)", allow_module_level=True)
 
 from glyd.gpu import bench_moe  # noqa: E402
-from glyd.transformers import gpu_experts, gpu_shared  # noqa: E402
+from glyd.transformers import gpu_experts  # noqa: E402
 from glyd.transformers.modules import set_exact  # noqa: E402
 
 DEV = torch.device("cuda", 0)
@@ -56,34 +56,6 @@ def test_same_bits_as_the_family_forward(blocks, tokens):
     assert torch.equal(logits, want_logits)
     assert torch.equal(out, want_out)
     assert torch.allclose(out.float(), bf16_out.float(), atol=2e-2, rtol=2e-2)
-
-
-def test_shared_expert_split_on_the_side_stream(blocks):
-    """The block's forward runs the shared expert itself, on gpu_shared's side
-    stream (gate/up and its down), and gpu_shared's pre-hook leaves it alone;
-    with the overlap off, in line: the same bits."""
-    _, blk = blocks
-    mlp = blk.shared_expert
-    seen = []
-    hooks = [getattr(mlp, n).register_forward_pre_hook(
-        lambda mod, args, n=n: seen.append((n, torch.cuda.current_stream(DEV) == gpu_shared._side(DEV))))
-        for n in ("gate_proj", "down_proj")]
-    x = _x(4)
-    try:
-        with torch.no_grad():
-            got = blk(x)[0]
-            assert seen == [("gate_proj", True), ("down_proj", True)]
-            assert blk.shared_expert is mlp  # no stand-in was installed
-            seen.clear()
-            gpu_shared.set_overlap(blk, False)
-            want = blk(x)[0]
-            gpu_shared.set_overlap(blk, True)
-            assert seen == [("gate_proj", False), ("down_proj", False)]
-    finally:
-        for h in hooks:
-            h.remove()
-    torch.cuda.synchronize()
-    assert torch.equal(got, want)
 
 
 def test_graph_replay(blocks):
