@@ -24,8 +24,11 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
     splitting the input rows and adding the fp32 partial sums in order. Llama 4
     (all-experts layout, below the same pairs per expert, or
     ``ALL_EXPERTS_GROUPED_TOKENS`` tokens for experts not re-laid): the rows
-    with a non-zero router score are gathered on the device first. No host
-    synchronization: the block can be captured in a CUDA graph.
+    with a non-zero router score are gathered on the device first, except in
+    blocks with top-1 routing, whose forward attach() replaces
+    (``_top1_block_forward``: the router's top-1 routed directly, the same
+    bits in 7 kernels fewer). No host synchronization: the block can be
+    captured in a CUDA graph.
   - *no-sync decode-all* (prompts with many pairs per expert, and Llama 4
     prompts on a GPU, their rows gathered as above): every expert decoded in
     two launches (``glyd_gpu_decode_experts``), then torch's ``grouped_mm``
