@@ -109,3 +109,11 @@ int glyd_gpu_moe_row_experts(int device, void *stream, const void *x, int64_t ro
                              int64_t rows_per_expert, int64_t *ids) {
     return glydgo_gpu_moe_row_experts(device, stream, (void *)x, rows, hidden, rows_per_expert, ids);
 }
+int glyd_gpu_moe_top1(int device, void *stream, const void *logits, int64_t tokens, int64_t experts,
+                      int64_t *ids, void *score) {
+    return glydgo_gpu_moe_top1(device, stream, (void *)logits, tokens, experts, ids, score);
+}
+int glyd_gpu_moe_gather_scale(int device, void *stream, const void *x, const int32_t *tokens,
+                              const void *score, int64_t rows, int64_t hidden, void *out) {
+    return glydgo_gpu_moe_gather_scale(device, stream, (void *)x, (void *)tokens, (void *)score, rows, hidden, out);
+}

@@ -89,3 +89,15 @@ func glydgo_gpu_moe_row_experts(device C.int, stream, x unsafe.Pointer, rows, hi
 	defer guard(&rc)
 	return result(gpu.MoeRowExperts(int(device), uintptr(stream), uintptr(x), int64(rows), int64(hidden), int64(perExpert), uintptr(ids)))
 }
+
+//export glydgo_gpu_moe_top1
+func glydgo_gpu_moe_top1(device C.int, stream, logits unsafe.Pointer, tokens, experts C.int64_t, ids, score unsafe.Pointer) (rc C.int) {
+	defer guard(&rc)
+	return result(gpu.MoeTop1(int(device), uintptr(stream), uintptr(logits), int64(tokens), int64(experts), uintptr(ids), uintptr(score)))
+}
+
+//export glydgo_gpu_moe_gather_scale
+func glydgo_gpu_moe_gather_scale(device C.int, stream, x, tokens, score unsafe.Pointer, rows, hidden C.int64_t, out unsafe.Pointer) (rc C.int) {
+	defer guard(&rc)
+	return result(gpu.MoeGatherScale(int(device), uintptr(stream), uintptr(x), uintptr(tokens), uintptr(score), int64(rows), int64(hidden), uintptr(out)))
+}

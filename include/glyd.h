@@ -555,6 +555,23 @@ int glyd_gpu_moe_silu_mul(int device, void *stream, const void *x, int64_t rows,
 int glyd_gpu_moe_row_experts(int device, void *stream, const void *x, int64_t rows, int64_t hidden,
                              int64_t rows_per_expert, int64_t *ids);
 
+/* Top-1 routing from router logits (Llama 4): logits bf16 [tokens,
+ * experts]; writes ids int64 [tokens], the expert of the largest logit in
+ * torch.topk's order (every NaN above every number, -0 below +0, the lowest
+ * expert between equals) — glyd_gpu_moe_route's ids with topk 1 — and score
+ * bf16 [tokens], that logit's sigmoid 1 / (1 + exp(-v)) in fp32 rounded to
+ * bf16 (torch's sigmoid of the logit as fp32). Written on `stream`. */
+int glyd_gpu_moe_top1(int device, void *stream, const void *logits, int64_t tokens, int64_t experts,
+                      int64_t *ids, void *score);
+
+/* The experts' input rows of a routing that scales a token before its
+ * expert (Llama 4): out[r] = x[tokens[r]] * score[tokens[r]] for r < rows, an
+ * fp32 product rounded to bf16 (torch's bf16 product); x bf16 [*, hidden],
+ * tokens int32 [rows] (glyd_gpu_moe_route's), score bf16 [*], out bf16
+ * [rows, hidden]. x and out 16-byte aligned. Written on `stream`. */
+int glyd_gpu_moe_gather_scale(int device, void *stream, const void *x, const int32_t *tokens,
+                              const void *score, int64_t rows, int64_t hidden, void *out);
+
 /* ---- GPU: end ---- */
 
 #ifdef __cplusplus

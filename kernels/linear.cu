@@ -278,12 +278,10 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 				for (int j = 0; j < 4; j++)
 					o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(bias ? v[j] + bf16_to_f32(bb[j]) : v[j]));
 				*(uint2 *)&y[m * N + n] = make_uint2(o[0] | o[1] << 16, o[2] | o[3] << 16);
-			} else {
+			} else { // escapes are in v already: finish() adds the bias and rounds
 #pragma unroll
 				for (int j = 0; j < 4; j++)
-					if (n + j < N)
-						y[m * N + n + j] =
-						    __bfloat16_as_ushort(__float2bfloat16_rn(bias ? v[j] + bf16_to_f32(bias[n + j]) : v[j]));
+					if (n + j < N) y[m * N + n + j] = finish(p, m, n + j, v[j], 0u, 0u);
 			}
 		}
 	} else if (split) {

@@ -47,8 +47,8 @@
  *     pairs, count it per bin, and place it 32 pairs at a time in pair order
  *     (__match_any_sync: the rank among equal bins of the same 32, plus the
  *     bin's start, the earlier warps' counts and the warp's running count), so
- *     the order equals a stable sort by bin. (One warp placing every pair took
- *     45 us at 4,096 pairs.) Dynamic shared memory: (experts_total + 2) * 4 +
+ *     the order equals a stable sort by bin, whatever W. (One warp placing
+ *     every pair took 45 us at 4,096 pairs.) The block has exactly W warps. Dynamic shared memory: (experts_total + 2) * 4 +
  *     W * (experts_total + 1) * 4 + align16(pairs * 2) bytes, at most 96 KiB.
  * glyd_moe_combine grid (ceil(hidden / 2048), tokens), 256 threads, 8
  *     features per thread: out[t] = sum over slots s in order of
@@ -60,6 +60,14 @@
  *     into y [rows, I], bit for bit torch's bf16 expression.
  * glyd_moe_row_experts grid ceil(rows / 8): Llama 4's routing ids from its
  *     expert-major input (the expert of each non-zero row, -1 for the rest).
+ * glyd_moe_top1 grid ceil(tokens / 8), a warp per token: the expert of the
+ *     largest router logit (the first of equal ones, NaN above everything:
+ *     torch.topk's choice) as moe_route's ids, and its score bf16(sigmoid) as
+ *     torch computes it in fp32 (Llama 4's top-1 routing).
+ * glyd_moe_gather_scale grid-stride over rows * ceil(H / 8) items of 8
+ *     features: out[r] = bf16(x[tok[r]] * score[tok[r]]), the rows of the
+ *     sorted pairs scaled by their token's score (Llama 4 scales the experts'
+ *     input), bit for bit torch's bf16 product.
  *
  * All of them are programmatic dependent launches on sm_90 (core/gpu): each
  * lets the next kernel start its blocks at once and waits for its
@@ -502,10 +510,13 @@ __device__ __forceinline__ int32_t route_bin(int64_t id, int64_t total) {
 
 // Warps that count and place the pairs, each a contiguous range of them: as
 // many as 32 while their per-bin counts fit in 96 KiB of shared memory beside
-// the bin starts and the pairs' bins (core/gpu/route.go sizes the same).
+// the bin starts and the pairs' bins, and no more than the pairs need (one per
+// 32), so that a decode step's routing is a small block that finds room beside
+// a GEMV; the block has exactly these warps (core/gpu/route.go sizes the same).
 __device__ __forceinline__ int route_warps(int64_t P, int32_t NB) {
 	const int64_t room = 96 * 1024 - (int64_t)(NB + 1) * 4 - ((P * 2 + 15) & ~(int64_t)15);
-	const int64_t w = room / ((int64_t)NB * 4);
+	int64_t w = room / ((int64_t)NB * 4);
+	if (w > (P + 31) / 32) w = (P + 31) / 32;
 	return w < 1 ? 1 : (w > 32 ? 32 : (int)w);
 }
 
@@ -681,4 +692,64 @@ extern "C" __global__ void __launch_bounds__(256) glyd_moe_row_experts(const gly
 	}
 	any = __any_sync(0xffffffffu, any != 0);
 	if (lane == 0) ((int64_t *)p.ids)[r] = any ? r / p.topk : -1;
+}
+
+// torch.topk's order of a bf16 value as an unsigned key (its radix select):
+// numbers by value with -0 below +0, every NaN above all numbers.
+__device__ __forceinline__ uint32_t topk_key(uint16_t b) {
+	if ((b & 0x7fffu) > 0x7f80u) return 0xffffu;
+	return b & 0x8000u ? b ^ 0xffffu : b | 0x8000u;
+}
+
+// Top-1 routing of Llama 4 (glyd_moe_top1): logits bf16 [rows, E] at p.x;
+// ids int64 [rows] at p.ids, score bf16 [rows] at p.y. A warp per token: the
+// largest key, the lowest expert between equal keys.
+extern "C" __global__ void __launch_bounds__(256) glyd_moe_top1(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
+	const int64_t E = p.num_experts, t = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+	const int lane = threadIdx.x & 31;
+	if (t >= p.rows) return;
+	const uint16_t *l = (const uint16_t *)p.x + t * E;
+	uint32_t key = 0;
+	int32_t arg = 0x7fffffff; // none: loses to every expert
+	for (int32_t e = lane; e < E; e += 32) {
+		const uint32_t k = topk_key(l[e]) + 1; // 0 = none
+		if (k > key) key = k, arg = e;
+	}
+#pragma unroll
+	for (int o = 16; o >= 1; o >>= 1) {
+		const uint32_t k = __shfl_down_sync(0xffffffffu, key, o);
+		const int32_t a = __shfl_down_sync(0xffffffffu, arg, o);
+		if (k > key || (k == key && a < arg)) key = k, arg = a;
+	}
+	if (lane == 0) {
+		((int64_t *)p.ids)[t] = arg;
+		// torch's sigmoid in fp32, 1 / (1 + exp(-v)), then bf16
+		const float v = bf16_to_f32(l[arg]);
+		const float s = __fdiv_rn(1.f, __fadd_rn(1.f, expf(-v)));
+		((uint16_t *)p.y)[t] = __bfloat16_as_ushort(__float2bfloat16_rn(s));
+	}
+}
+
+// out[r] = bf16(x[tok[r]] * score[tok[r]]) for r < p.rows (glyd_moe_gather_scale):
+// x bf16 [*, H] at p.x, tok int32 at p.tok, score bf16 at p.dst, out bf16
+// [rows, H] at p.y; H = p.N.
+extern "C" __global__ void __launch_bounds__(256) glyd_moe_gather_scale(const glyd_kparams p) {
+	griddep_launch();
+	griddep_wait();
+	const int64_t H = p.N, J = (H + 7) / 8, items = p.rows * J;
+	const bool vec = (H & 7) == 0; // host: x and out 16-byte aligned
+	const int32_t *tok = (const int32_t *)p.tok;
+	const uint16_t *score = (const uint16_t *)p.dst;
+	for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < items; g += (int64_t)gridDim.x * blockDim.x) {
+		const int64_t r = g / J, j0 = (g - r * J) * 8, t = tok[r];
+		const int n = H - j0 < 8 ? (int)(H - j0) : 8;
+		const float s = bf16_to_f32(score[t]);
+		uint16_t v[8], o[8];
+		load8((const uint16_t *)p.x + t * H + j0, n, vec, v);
+#pragma unroll
+		for (int j = 0; j < 8; j++) o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(bf16_to_f32(v[j]), s)));
+		store8((uint16_t *)p.y + r * H + j0, o, n, vec);
+	}
 }

@@ -143,6 +143,8 @@ var kernelNames = []string{
 	"glyd_moe_combine",
 	"glyd_moe_silu_mul",
 	"glyd_moe_row_experts",
+	"glyd_moe_top1",
+	"glyd_moe_gather_scale",
 	"glyd_lin_xperm_t64",
 	"glyd_lin_xperm_t128",
 	"glyd_lin_xperm_t256",
@@ -175,6 +177,8 @@ const (
 	kMoeCombine
 	kMoeSiluMul
 	kMoeRowExperts
+	kMoeTop1
+	kMoeGatherScale
 	kLinXperm // glyd_lin_xperm_t{64,128,256}: xpermKernel
 	_
 	_

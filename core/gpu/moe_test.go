@@ -231,4 +231,10 @@ func TestRouteWarps(t *testing.T) {
 	if w := routeWarps(4096, 129); w != 32 {
 		t.Fatalf("512 tokens x 8 over 128 experts: %d warps", w)
 	}
+	// A decode step's routing is one warp per 32 pairs: a small block.
+	for _, c := range [][3]int64{{1, 17, 1}, {0, 17, 1}, {8, 129, 1}, {33, 17, 2}, {256, 129, 8}} {
+		if w := routeWarps(c[0], c[1]); w != c[2] {
+			t.Fatalf("%d pairs, %d bins: %d warps, want %d", c[0], c[1], w, c[2])
+		}
+	}
 }

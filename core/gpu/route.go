@@ -45,15 +45,16 @@ func MoeRoute(dev int, stream, ids uintptr, pairs, topk, experts, total int64, o
 	nb := total + 1 // bins
 	w := routeWarps(pairs, nb)
 	smem := (nb+1)*4 + w*nb*4 + (pairs*2+15)&^15
-	return launchAs(dev, kMoeRoute, 1, 1, 1, 1024, uint32(smem), stream, &p, d.programmatic())
+	return launchAs(dev, kMoeRoute, 1, 1, 1, uint32(32*w), uint32(smem), stream, &p, d.programmatic())
 }
 
-// routeWarps is how many warps of glyd_moe_route count and place the pairs
-// (kernels/moe.cu, route_warps): up to 32 while their counts per bin fit in
-// 96 KiB of shared memory with the bin starts and the pairs' bins.
+// routeWarps is how many warps of glyd_moe_route count and place the pairs,
+// the warps of its block (kernels/moe.cu, route_warps): up to 32 while their
+// counts per bin fit in 96 KiB of shared memory with the bin starts and the
+// pairs' bins, and one per 32 pairs at most.
 func routeWarps(pairs, bins int64) int64 {
 	room := 96*1024 - (bins+1)*4 - (pairs*2+15)&^15
-	return max(1, min(32, room/(bins*4)))
+	return max(1, min(32, room/(bins*4), (pairs+31)/32))
 }
 
 // MoeCombine writes out[t] = sum over slots s in order of rw[t*topk+s] * v
@@ -136,4 +137,58 @@ func MoeRowExperts(dev int, stream, x uintptr, rows, hidden, perExpert int64, id
 	p.x, p.ids = C.glyd_u64(x), C.glyd_u64(ids)
 	p.rows, p.K, p.topk = C.glyd_i64(rows), C.glyd_i64(hidden), C.glyd_i64(perExpert)
 	return launchAs(dev, kMoeRowExperts, uint32((rows+7)/8), 1, 1, 256, 0, stream, &p, d.programmatic())
+}
+
+// MoeTop1 writes the top-1 routing of router logits on the caller's stream
+// (Llama 4): logits bf16 [tokens, experts]; ids int64 [tokens], the expert of
+// the largest logit in torch.topk's order (NaN above every number, -0 below
+// +0, the lowest expert between equals), MoeRoute's ids with topk 1; score
+// bf16 [tokens], bf16(1 / (1 + exp(-logit))) in fp32 of that logit (torch's
+// sigmoid of the logit as fp32).
+func MoeTop1(dev int, stream, logits uintptr, tokens, experts int64, ids, score uintptr) error {
+	switch {
+	case tokens < 0 || experts < 1 || experts > 1<<31-1:
+		return status.Errorf(status.InvalidArgument, "gpu: moe top1: tokens %d, experts %d out of range", tokens, experts)
+	case tokens == 0:
+		return nil
+	case logits == 0 || ids == 0 || score == 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe top1: nil buffer")
+	case (tokens+7)/8 > 1<<31-1:
+		return status.Errorf(status.Unsupported, "gpu: moe top1: %d tokens is too many for one launch", tokens)
+	}
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	var p C.glyd_kparams
+	p.x, p.ids, p.y = C.glyd_u64(logits), C.glyd_u64(ids), C.glyd_u64(score)
+	p.rows, p.num_experts = C.glyd_i64(tokens), C.glyd_i64(experts)
+	return launchAs(dev, kMoeTop1, uint32((tokens+7)/8), 1, 1, 256, 0, stream, &p, d.programmatic())
+}
+
+// MoeGatherScale writes out[r] = bf16(x[tok[r]] * score[tok[r]]) (an fp32
+// product rounded to bf16: torch's bf16 product) for r < rows on the caller's
+// stream: x bf16 [*, hidden], tok int32 [rows] (MoeRoute's tokens), score bf16
+// [*], out bf16 [rows, hidden]; x and out 16-byte aligned. The experts' input
+// rows of Llama 4, which scales a token by its score before its expert.
+func MoeGatherScale(dev int, stream, x, tok, score uintptr, rows, hidden int64, out uintptr) error {
+	switch {
+	case rows < 0 || hidden < 1:
+		return status.Errorf(status.InvalidArgument, "gpu: moe gather_scale: rows %d, hidden %d out of range", rows, hidden)
+	case rows == 0:
+		return nil
+	case x == 0 || tok == 0 || score == 0 || out == 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe gather_scale: nil buffer")
+	case x%16 != 0 || out%16 != 0:
+		return status.Errorf(status.InvalidArgument, "gpu: moe gather_scale: x and out must be 16-byte aligned")
+	}
+	d, err := load(dev)
+	if err != nil {
+		return err
+	}
+	var p C.glyd_kparams
+	p.x, p.tok, p.dst, p.y = C.glyd_u64(x), C.glyd_u64(tok), C.glyd_u64(score), C.glyd_u64(out)
+	p.rows, p.N = C.glyd_i64(rows), C.glyd_i64(hidden)
+	items := uint64(rows) * uint64((hidden+7)/8) // 8 features each; the kernel strides over any more
+	return launchAs(dev, kMoeGatherScale, gridFor(items, 256, 1<<31-1), 1, 1, 256, 0, stream, &p, d.programmatic())
 }

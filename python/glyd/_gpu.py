@@ -62,7 +62,7 @@ from .errors import InvalidArgumentError
 
 __all__ = ["DeviceTensor", "MultiLinear", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "pack",
            "pack_planes", "pack_device", "set_prompt_rows", "prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL", "moe_route",
-           "moe_combine", "moe_silu_mul", "moe_row_experts"]
+           "moe_combine", "moe_silu_mul", "moe_row_experts", "moe_top1", "moe_gather_scale"]
 
 LAYOUT_FIXED12 = 1
 LAYOUT_SMALLEST = 2
@@ -138,6 +138,9 @@ _SIGNATURES = {
                                      c_int64, c_int64, c_int64, c_int64, c_void_p]),
     "glyd_gpu_moe_silu_mul": (c_int, [c_int, c_void_p, c_void_p, c_int64, c_int64, c_void_p]),
     "glyd_gpu_moe_row_experts": (c_int, [c_int, c_void_p, c_void_p, c_int64, c_int64, c_int64, c_void_p]),
+    "glyd_gpu_moe_top1": (c_int, [c_int, c_void_p, c_void_p, c_int64, c_int64, c_void_p, c_void_p]),
+    "glyd_gpu_moe_gather_scale": (c_int, [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_int64, c_int64,
+                                          c_void_p]),
 }
 
 _lock = threading.Lock()
@@ -874,3 +877,38 @@ def moe_row_experts(x: torch.Tensor, rows_per_expert: int) -> torch.Tensor:
     _lib.check(_gpu().glyd_gpu_moe_row_experts(x.device.index, _stream(x.device), x.data_ptr(), x.shape[0],
                                                x.shape[1], rows_per_expert, ids.data_ptr()))
     return ids
+
+
+def moe_top1(logits: torch.Tensor):
+    """Top-1 routing from router logits bf16 [tokens, experts] on a GPU: (ids int64
+    [tokens], the expert of the largest logit in torch.topk's order, and score bf16
+    [tokens, 1], torch.sigmoid(logit.float()).to(bf16) of it) — the bits of
+    ``torch.topk(logits, 1, dim=1)`` and the sigmoid, in one kernel."""
+    _cuda_arg(1, "logits", logits, torch.bfloat16)
+    if logits.dim() != 2 or logits.shape[1] < 1:
+        raise InvalidArgumentError(1, f"logits must be [tokens, experts], got {tuple(logits.shape)}")
+    t, e = logits.shape
+    ids = torch.empty(t, dtype=torch.int64, device=logits.device)
+    score = torch.empty(t, 1, dtype=torch.bfloat16, device=logits.device)
+    _lib.check(_gpu().glyd_gpu_moe_top1(logits.device.index, _stream(logits.device), logits.data_ptr(), t, e,
+                                        ids.data_ptr(), score.data_ptr()))
+    return ids, score
+
+
+def moe_gather_scale(x: torch.Tensor, tokens: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
+    """(x * score)[tokens] in one pass: x bf16 [T, hidden], tokens int32 [rows] (moe_route's,
+    values in [0, T)), score bf16 [T] or [T, 1]; returns bf16 [rows, hidden], each row an fp32
+    product rounded to bf16 (the bits of torch's ``(x * score).index_select(0, tokens)``)."""
+    _cuda_arg(1, "x", x, torch.bfloat16)
+    if x.dim() != 2 or x.data_ptr() % 16:
+        raise InvalidArgumentError(1, f"x must be a 16-byte aligned [tokens, hidden], got {tuple(x.shape)}")
+    _cuda_arg(2, "tokens", tokens, torch.int32)
+    _cuda_arg(3, "score", score, torch.bfloat16, x.shape[0])
+    for pos, name, a in ((2, "tokens", tokens), (3, "score", score)):
+        if a.device != x.device:
+            raise InvalidArgumentError(pos, f"{name} is on {a.device}, x on {x.device}")
+    rows = tokens.numel()
+    out = torch.empty(rows, x.shape[1], dtype=torch.bfloat16, device=x.device)
+    _lib.check(_gpu().glyd_gpu_moe_gather_scale(x.device.index, _stream(x.device), x.data_ptr(), tokens.data_ptr(),
+                                                score.data_ptr(), rows, x.shape[1], out.data_ptr()))
+    return out

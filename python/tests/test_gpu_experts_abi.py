@@ -151,6 +151,23 @@ def test_moe_activation_and_row_experts_abi_without_a_gpu():
         _lib.check(lib.glyd_gpu_moe_row_experts(0, None, FAKE, 16, 64, 1, FAKE))
 
 
+def test_moe_top1_abi_without_a_gpu():
+    lib = _gpu._gpu()
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        _lib.check(lib.glyd_gpu_moe_top1(0, None, FAKE, 4, 0, FAKE, FAKE))
+    with pytest.raises(InvalidArgumentError, match="nil"):
+        _lib.check(lib.glyd_gpu_moe_top1(0, None, FAKE, 4, 16, None, FAKE))
+    _lib.check(lib.glyd_gpu_moe_top1(0, None, None, 0, 16, None, None))  # no tokens: nothing to do
+    with pytest.raises(InvalidArgumentError, match="aligned"):
+        _lib.check(lib.glyd_gpu_moe_gather_scale(0, None, FAKE + 2, FAKE, FAKE, 4, 64, FAKE))
+    with pytest.raises(InvalidArgumentError, match="nil"):
+        _lib.check(lib.glyd_gpu_moe_gather_scale(0, None, FAKE, None, FAKE, 4, 64, FAKE))
+    with pytest.raises(NoGPUError):
+        _lib.check(lib.glyd_gpu_moe_top1(0, None, FAKE, 4, 16, FAKE, FAKE))
+    with pytest.raises(NoGPUError):
+        _lib.check(lib.glyd_gpu_moe_gather_scale(0, None, FAKE, FAKE, FAKE, 4, 64, FAKE))
+
+
 def test_moe_routing_wrappers_check_their_arguments():
     with pytest.raises(InvalidArgumentError, match="ids must be a contiguous CUDA tensor"):
         _gpu.moe_route(torch.zeros(8, dtype=torch.int64), 8, 4)
@@ -160,6 +177,10 @@ def test_moe_routing_wrappers_check_their_arguments():
         _gpu.moe_silu_mul(torch.zeros(2, 8, dtype=torch.bfloat16))
     with pytest.raises(InvalidArgumentError, match="x must be a contiguous CUDA tensor"):
         _gpu.moe_row_experts(torch.zeros(2, 8, dtype=torch.bfloat16), 1)
+    with pytest.raises(InvalidArgumentError, match="logits must be a contiguous CUDA tensor"):
+        _gpu.moe_top1(torch.zeros(2, 8, dtype=torch.bfloat16))
+    with pytest.raises(InvalidArgumentError, match="x must be a contiguous CUDA tensor"):
+        _gpu.moe_gather_scale(torch.zeros(2, 8, dtype=torch.bfloat16), None, None)
 
 
 def test_moe_route_limits_match_the_header():

@@ -27,7 +27,7 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
     with a non-zero router score are gathered on the device first, except in
     blocks with top-1 routing, whose forward attach() replaces
     (``_top1_block_forward``: the router's top-1 routed directly, the same
-    bits in 7 kernels fewer). No host synchronization: the block can be
+    bits in 10 kernels fewer). No host synchronization: the block can be
     captured in a CUDA graph.
   - *no-sync decode-all* (prompts with many pairs per expert, and Llama 4
     prompts on a GPU, their rows gathered as above): every expert decoded in
@@ -915,7 +915,8 @@ def _top1_block_ok(block, flat: torch.Tensor) -> bool:
     ex, router = block._modules.get("experts"), block._modules.get("router")
     if (not isinstance(ex, _m.GlydExperts) or not isinstance(router, torch.nn.Linear) or ex.exact
             or getattr(block, "top_k", None) != 1 or flat.device.type != "cuda" or flat.dtype != torch.bfloat16
-            or flat.dim() != 2 or (torch.is_grad_enabled() and flat.requires_grad) or not _supported(ex, flat)
+            or flat.dim() != 2 or not flat.is_contiguous() or (torch.is_grad_enabled() and flat.requires_grad)
+            or not _supported(ex, flat)
             or torch.compiler.is_compiling()):
         return False
     if any(m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__ for m in (ex, router)):
@@ -933,9 +934,13 @@ def _top1_block_forward(self, hidden_states):
     non-zero rows, and the routed outputs of all experts are summed per token.
     Here the router's top-1 is routed directly (glyd._gpu.moe_route), only the
     chosen rows are scaled, and the down projection's rows are gathered back in
-    token order. Same bits as the family's forward over Glyd's experts: the same
-    router GEMM, top-k, sigmoid and bf16 products, the same sorted rows for the
-    grouped kernels, and a sum of one non-zero row per token is that row."""
+    token order: after the router's GEMM, three Glyd kernels (top-1 and its
+    sigmoid, the sort by expert, the scaled rows) where the family's forward
+    over Glyd's experts ran eleven.
+    Same bits as the family's forward over Glyd's experts: the same router
+    GEMM, torch.topk's choice, torch's sigmoid and bf16 products, the same
+    sorted rows for the grouped kernels, and a sum of one non-zero row per
+    token is that row."""
     flat = hidden_states.reshape(-1, self.hidden_dim)
     if not _top1_block_ok(self, flat):
         return type(self).forward(self, hidden_states)
@@ -944,10 +949,9 @@ def _top1_block_forward(self, hidden_states):
     ex, router = self.experts, self.router
     spec = spec_of(ex)
     logits = torch.nn.functional.linear(flat, router.weight, router.bias)
-    top, idx = torch.topk(logits, 1, dim=1)
-    score = torch.sigmoid(top.float()).to(flat.dtype)
-    offs, tok, rows = _gpu.moe_route(idx.reshape(-1), 1, spec.num_experts)
-    xs = (flat * score).index_select(0, tok)
+    idx, score = _gpu.moe_top1(logits)  # topk(1) and sigmoid in one kernel
+    offs, tok, rows = _gpu.moe_route(idx, 1, spec.num_experts)
+    xs = _gpu.moe_gather_scale(flat, tok, score)  # (flat * score)[tok]
     wi = expert_weights(ex, spec.w_in, spec.transposed)
     wd = expert_weights(ex, "down_proj", spec.transposed)
     h = _gate(ex, spec, wi.grouped().linear(xs, offs))

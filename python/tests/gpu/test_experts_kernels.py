@@ -387,3 +387,43 @@ def test_moe_row_experts_marks_the_nonzero_rows(experts, per, hidden):
     x[3::13] = 0
     x[3::13, hidden // 2] = float("nan")              # a NaN is not zero
     assert torch.equal(_gpu.moe_row_experts(x, per), moe_reference.moe_row_experts(x, per))
+
+
+# ---- Llama 4's top-1 routing (glyd_moe_top1, glyd_moe_gather_scale) ------------------------------
+
+@pytest.mark.parametrize("tokens,experts", [(1, 16), (7, 16), (300, 128), (5, 40), (64, 1), (0, 16)])
+@pytest.mark.parametrize("values", ["randn", "ties", "special"])
+def test_moe_top1_is_topk_and_sigmoid(tokens, experts, values):
+    g = torch.Generator(device=DEV).manual_seed(tokens * 131 + experts)
+    if values == "randn":
+        logits = torch.randn(tokens, experts, generator=g, device=DEV).to(torch.bfloat16)
+    elif values == "ties":  # few distinct values: many equal maxima, ±0 among them
+        logits = torch.randint(-2, 2, (tokens, experts), generator=g, device=DEV).to(torch.bfloat16)
+        logits[logits == 0] = torch.where(torch.rand(int((logits == 0).sum()), generator=g, device=DEV) < 0.5,
+                                          -0.0, 0.0).to(torch.bfloat16)
+    else:
+        logits = _special_bf16(g, (tokens, experts))
+    ids, score = _gpu.moe_top1(logits)
+    top, want = torch.topk(logits, 1, dim=1)
+    assert torch.equal(ids, want.reshape(-1))
+    _same_values(score, torch.sigmoid(top.float()).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("tokens,hidden", [(1, 5120), (9, 13), (300, 64), (0, 8)])
+def test_moe_gather_scale_is_torchs_bits(tokens, hidden):
+    g = torch.Generator(device=DEV).manual_seed(tokens + hidden)
+    x = _special_bf16(g, (tokens, hidden)) if tokens else torch.empty(0, hidden, dtype=torch.bfloat16, device=DEV)
+    score = torch.rand(tokens, 1, generator=g, device=DEV).to(torch.bfloat16)
+    tok = torch.randperm(tokens, generator=g, device=DEV).to(torch.int32)
+    _same_values(_gpu.moe_gather_scale(x, tok, score), (x * score).index_select(0, tok))
+
+
+def test_moe_top1_gather_bad_arguments():
+    with pytest.raises(InvalidArgumentError, match="logits must be"):
+        _gpu.moe_top1(torch.zeros(2, 8, dtype=torch.float32, device=DEV))
+    x = torch.zeros(2, 16, dtype=torch.bfloat16, device=DEV)
+    tok = torch.zeros(2, dtype=torch.int32, device=DEV)
+    with pytest.raises(InvalidArgumentError, match="tokens"):
+        _gpu.moe_gather_scale(x, tok.long(), torch.zeros(2, 1, dtype=torch.bfloat16, device=DEV))
+    with pytest.raises(InvalidArgumentError, match="score"):
+        _gpu.moe_gather_scale(x, tok, torch.zeros(3, dtype=torch.bfloat16, device=DEV))
