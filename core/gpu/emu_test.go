@@ -366,6 +366,88 @@ func TestMoeActivationAndRoutingIdsEmulated(t *testing.T) {
 	}
 }
 
+// TestMoeTop1AndGatherEmulated runs MoeTop1 and MoeGatherScale against
+// kernels/emu's fake libcuda (moe.cu's glyd_moe_top1 and
+// glyd_moe_gather_scale on the CPU): the expert of the largest logit in
+// torch.topk's order (ties to the lowest expert, NaN above every number, -0
+// below +0) over 5, 40 (two experts per lane) and 128 experts, its score
+// bf16(1 / (1 + exp(-v))); the gathered rows x[tok[r]] * score[tok[r]],
+// 8-wide and scalar.
+func TestMoeTop1AndGatherEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	rnd := lcg(11)
+	aligned := func(n int) []uint16 {
+		b := make([]uint16, n+8)
+		o := int((16 - uintptr(unsafe.Pointer(&b[0]))%16) % 16 / 2)
+		return b[o : o+n]
+	}
+	key := func(b uint16) uint32 { // torch.topk's order
+		switch {
+		case b&0x7fff > 0x7f80:
+			return 0xffff
+		case b&0x8000 != 0:
+			return uint32(b ^ 0xffff)
+		}
+		return uint32(b | 0x8000)
+	}
+	special := []uint16{0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, 0x3f80, 0xbf80}
+	for _, c := range []struct{ tokens, experts int }{{9, 5}, {3, 40}, {17, 128}} {
+		logits := aligned(c.tokens * c.experts)
+		for i := range logits {
+			logits[i] = bf16.FromFloat32(float32(int32(rnd()%7) - 3)) // many ties
+			if rnd()%5 == 0 {
+				logits[i] = special[rnd()%uint32(len(special))]
+			}
+		}
+		ids := make([]int64, c.tokens)
+		score := aligned(c.tokens)
+		if err := MoeTop1(0, 0, addr(logits), int64(c.tokens), int64(c.experts), addr(ids), addr(score)); err != nil {
+			t.Fatal(err)
+		}
+		for tk := 0; tk < c.tokens; tk++ {
+			row := logits[tk*c.experts : (tk+1)*c.experts]
+			best := 0
+			for e := range row {
+				if key(row[e]) > key(row[best]) {
+					best = e
+				}
+			}
+			v := bf16.ToFloat32(row[best])
+			want := bf16.FromFloat32(1 / (1 + float32(math.Exp(float64(-v)))))
+			if ids[tk] != int64(best) || (score[tk] != want && !(bf16.IsNaN(score[tk]) && bf16.IsNaN(want))) {
+				t.Fatalf("%d experts, token %d: expert %d score %#04x, want %d %#04x (row %x)", c.experts, tk, ids[tk],
+					score[tk], best, want, row)
+			}
+		}
+		runtime.KeepAlive(logits)
+	}
+	for _, h := range []int{40, 13} { // 8-wide, and the scalar path
+		const tokens = 6
+		x := aligned(tokens * h)
+		for i := range x {
+			x[i] = bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 125)
+		}
+		score := aligned(tokens)
+		for i := range score {
+			score[i] = bf16.FromFloat32(float32(rnd()%1000) / 999)
+		}
+		tok := []int32{4, 0, 5, 2}
+		out := aligned(len(tok) * h)
+		if err := MoeGatherScale(0, 0, addr(x), addr(tok), addr(score), int64(len(tok)), int64(h), addr(out)); err != nil {
+			t.Fatal(err)
+		}
+		for r, tk := range tok {
+			for j := 0; j < h; j++ {
+				want := bf16.FromFloat32(bf16.ToFloat32(x[int(tk)*h+j]) * bf16.ToFloat32(score[tk]))
+				if got := out[r*h+j]; got != want {
+					t.Fatalf("hidden %d: row %d [%d] = %#04x, want %#04x", h, r, j, got, want)
+				}
+			}
+		}
+		runtime.KeepAlive(x)
+	}
+}
+
 // TestLinearReduceSegmentsEmulated runs linear.cu's split-K reduce of three
 // weights (glyd_lin_reduce_many; the fake libcuda runs it on the CPU) over
 // their partial sums as LinearMany lays them out, and checks every output's

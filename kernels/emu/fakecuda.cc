@@ -107,6 +107,11 @@ inline T __shfl_sync(unsigned, T v, int src) { return emu_lane_get(v, src); }
 template <class T>
 inline T __shfl_xor_sync(unsigned, T v, int m) { return emu_lane_get(v, (threadIdx.x & 31) ^ m); }
 template <class T>
+inline T __shfl_down_sync(unsigned, T v, int o) {
+	const int l = threadIdx.x & 31;
+	return emu_lane_get(v, l + o < 32 ? l + o : l);
+}
+template <class T>
 inline T __shfl_up_sync(unsigned, T v, int o) {
 	const int l = threadIdx.x & 31;
 	return emu_lane_get(v, l >= o ? l - o : l);
@@ -139,7 +144,7 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float expf(float v) { return std::exp(v); }
 inline int __any_sync(unsigned, int pred) { return __ballot_sync(0xffffffffu, pred) != 0; }
-#include "moe_tail.inc" // glyd_moe_silu_mul, glyd_moe_combine, glyd_moe_row_experts (moe.cu)
+#include "moe_tail.inc" // glyd_moe_silu_mul, glyd_moe_combine, glyd_moe_row_experts, glyd_moe_top1, glyd_moe_gather_scale (moe.cu)
 // For the prompt tiles' x layout kernels (linear.cu): a plain 16-byte load.
 inline uint4 ld_act16(const void *p) {
 	uint4 v;
@@ -173,6 +178,8 @@ static kern kernels[] = {
     {"glyd_lin_f12_generic", emu_decode::glyd_lin_f12_generic},
     {"glyd_moe_silu_mul", emu_decode::glyd_moe_silu_mul},
     {"glyd_moe_row_experts", emu_decode::glyd_moe_row_experts},
+    {"glyd_moe_top1", emu_decode::glyd_moe_top1},
+    {"glyd_moe_gather_scale", emu_decode::glyd_moe_gather_scale},
     {"glyd_lin_xperm_t64", emu_decode::glyd_lin_xperm_t64},
     {"glyd_lin_xperm_t128", emu_decode::glyd_lin_xperm_t128},
     {"glyd_lin_xperm_t256", emu_decode::glyd_lin_xperm_t256},

@@ -2,7 +2,7 @@
 # kernels/emu/run.sh — build the fake libcuda.so.1 (kernels/emu/fakecuda.cc:
 # kernels/pack.cu, decode.cu's fixed12 kernels, linear.cu's split-K reduce,
 # generic kernel and x layout kernels, moe.cu's transposed experts, SwiGLU,
-# combine and routing-id kernels on
+# combine, routing-id, top-1 and scaled-gather kernels on
 # the CPU) and run core/gpu's emulated tests
 # against it.
 set -euo pipefail
@@ -22,7 +22,7 @@ awk '/^\/\/ The z-th expert \(0-based\)/{on=1} /^\/\/ The parameters of expert e
 { awk '/^\/\/ A 64-k block of activations in shared memory/,/^}/' kernels/linear.cu
   awk '/^\/\/ 16 activations \(a = elements 0..7/,/^}/' kernels/linear.cu
   awk '/^\/\/ x \[rows, K\] as the prompt tiles. stage images/,/glyd_lin_xperm_t256/' kernels/linear.cu; } > "$OUT/prompt_x.inc"
-# moe.cu's 8-feature load/store helpers, SwiGLU, combine and routing-id kernels (from the helpers' comment to the end).
+# moe.cu's 8-feature load/store helpers, SwiGLU, combine, routing-id, top-1 and scaled-gather kernels (from the helpers' comment to the end).
 awk '/^\/\/ 8 bf16 features at src/{on=1} on' kernels/moe.cu > "$OUT/moe_tail.inc"
 g++ -std=c++20 -O1 -g -fPIC -shared -Wno-unknown-pragmas -I"$OUT" -o "$OUT/libcuda.so.1" kernels/emu/fakecuda.cc -lpthread
 LD_LIBRARY_PATH="$OUT" GLYD_FAKE_CUDA=1 go test -count=1 -run 'Emulated' -v ./core/gpu "$@"
