@@ -909,9 +909,9 @@ def _all_experts_forward(module, spec: _Spec, hidden: torch.Tensor) -> torch.Ten
 
 def _top1_block_ok(block, flat: torch.Tensor) -> bool:
     """Whether a Llama 4 MoE block (patched by attach) takes _top1_block_forward for
-    this input: top-1 routing, bf16 on a GPU, not exact, no autograd, the grouped
-    kernel for this many tokens, and no hooks on the router or the experts (the
-    fast path calls neither)."""
+    this input: top-1 routing, bf16 on a GPU (the router too), not exact, no
+    autograd, the grouped kernel for this many tokens, and no hooks on the router
+    or the experts (the fast path calls neither)."""
     ex, router = block._modules.get("experts"), block._modules.get("router")
     if (not isinstance(ex, _m.GlydExperts) or not isinstance(router, torch.nn.Linear) or ex.exact
             or getattr(block, "top_k", None) != 1 or flat.device.type != "cuda" or flat.dtype != torch.bfloat16
@@ -923,6 +923,7 @@ def _top1_block_ok(block, flat: torch.Tensor) -> bool:
         return False
     spec = spec_of(ex)
     return (spec.kind == "fused" and spec.all_experts and router.weight.shape == (spec.num_experts, flat.shape[1])
+            and router.weight.dtype == torch.bfloat16 and (router.bias is None or router.bias.dtype == torch.bfloat16)
             and _route_on_device(spec, flat, flat.shape[0]) and grouped_kernel(ex, spec, flat.device)
             and _all_experts_small(ex, spec, flat.shape[0], flat.device))
 

@@ -90,6 +90,9 @@ def test_family_forward_where_it_does_not_apply(blocks):
     two = copy.deepcopy(blk)
     two.top_k = 2
     assert not gpu_experts._top1_block_ok(two, x)
+    fp32_router = copy.deepcopy(blk)
+    fp32_router.router.float()  # logits in fp32: the top-1 kernel reads bf16 only
+    assert not gpu_experts._top1_block_ok(fp32_router, x)
     exact = copy.deepcopy(blk)
     set_exact(exact, True)
     assert not gpu_experts._top1_block_ok(exact, x)
