@@ -838,8 +838,7 @@ def _all_experts_grouped(module, spec: _Spec, hidden: torch.Tensor) -> Optional[
 
         return _all_experts_on_device(module, spec, flat, T, decoded_mm)
     if _route_on_device(spec, flat, E * T):
-        return _all_experts_on_device(module, spec, flat, T,
-                                      lambda ew, x, offs, out=None: ew.grouped().linear(x, offs, out=out))
+        return _all_experts_on_device(module, spec, flat, T, _grouped_mm)
     k = module.__dict__.get("_glyd_top_k") or E
     R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
     nz = (flat != 0).any(dim=-1)
@@ -876,16 +875,28 @@ def _all_experts_on_device(module, spec: _Spec, flat: torch.Tensor, T: int, mm) 
     R = min(E * T, T * k)  # rows with a non-zero score: at most top_k per token
     ids = _gpu.moe_row_experts(flat, T)  # the expert of each non-zero row, -1 for zero rows
     offs, tok, rows = _gpu.moe_route(ids, 1, E)
-    xs = flat.index_select(0, tok[:R])
+    d = torch.empty_like(flat)  # rows past R are never read (only routed rows are)
+    _sorted_ffn(module, spec, flat.index_select(0, tok[:R]), offs, mm, out=d[:R])
+    ones = torch.ones(E * T, 1, dtype=torch.float32, device=flat.device)
+    return _gpu.moe_combine(flat, d, ones, ids, rows, E)
+
+
+def _grouped_mm(ew: ExpertWeights, x: torch.Tensor, offs: torch.Tensor, out=None) -> torch.Tensor:
+    """Rows sorted by expert (offs: each expert's end row) times their experts,
+    through Glyd's grouped kernel."""
+    return ew.grouped().linear(x, offs, out=out)
+
+
+def _sorted_ffn(module, spec: _Spec, xs: torch.Tensor, offs: torch.Tensor, mm, out=None) -> torch.Tensor:
+    """The experts' gate/up, the family's gating and down over rows sorted by
+    expert (no expert biases: Llama 4), mm(expert weights, rows, offs[, out]) the
+    grouped product; down's rows into `out` when given."""
     wi = expert_weights(module, spec.w_in, spec.transposed)
     wd = expert_weights(module, "down_proj", spec.transposed)
     h = _gate(module, spec, mm(wi, xs, offs))
-    if h.dtype != flat.dtype:
-        h = h.to(flat.dtype)
-    d = torch.empty_like(flat)  # rows past R are never read (only routed rows are)
-    mm(wd, h.contiguous(), offs, out=d[:R])
-    ones = torch.ones(E * T, 1, dtype=torch.float32, device=flat.device)
-    return _gpu.moe_combine(flat, d, ones, ids, rows, E)
+    if h.dtype != xs.dtype:
+        h = h.to(xs.dtype)
+    return mm(wd, h.contiguous(), offs, out=out)
 
 
 def _all_experts_forward(module, spec: _Spec, hidden: torch.Tensor) -> torch.Tensor:
@@ -953,12 +964,7 @@ def _top1_block_forward(self, hidden_states):
     idx, score = _gpu.moe_top1(logits)  # topk(1) and sigmoid in one kernel
     offs, tok, rows = _gpu.moe_route(idx, 1, spec.num_experts)
     xs = _gpu.moe_gather_scale(flat, tok, score)  # (flat * score)[tok]
-    wi = expert_weights(ex, spec.w_in, spec.transposed)
-    wd = expert_weights(ex, "down_proj", spec.transposed)
-    h = _gate(ex, spec, wi.grouped().linear(xs, offs))
-    if h.dtype != flat.dtype:
-        h = h.to(flat.dtype)
-    d = wd.grouped().linear(h.contiguous(), offs)
+    d = _sorted_ffn(ex, spec, xs, offs, _grouped_mm)
     out = self.shared_expert(flat)
     out.add_(d.index_select(0, rows))
     return out, logits
