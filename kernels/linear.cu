@@ -689,7 +689,8 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 	constexpr int BAR = 128 + 32;   // a stage's barriers: one consumer warpgroup, one producer warp
 	constexpr int STAGE = TB * 128; // bytes of one 64-k block of x
 	constexpr int PER = TB / 8;     // (token, 16-k chunk) items per producer lane and stage
-	constexpr int BATCH = PER < 4 ? PER : 4; // 32 registers of activations: the consumers set the budget
+	// At most 32 registers of activations (the consumers set the budget), a divisor of PER.
+	constexpr int BATCH = PER % 4 == 0 ? 4 : PER % 3 == 0 ? 3 : PER;
 	static_assert(S % PW == 0 && S % KG == 0 && (KG & (KG - 1)) == 0 && PER % BATCH == 0 && 2 * S < 16,
 	              "stages, warps, barriers; the epilogue tree needs a power of two KG");
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

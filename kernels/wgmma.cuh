@@ -104,6 +104,16 @@ __device__ __forceinline__ void wgmma_rs<32>(float (&d)[4][4], uint32_t a0, uint
 }
 
 template <>
+__device__ __forceinline__ void wgmma_rs<48>(float (&d)[6][4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint64_t desc) {
+#ifdef GLYD_WGMMA
+	asm volatile("wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, {%24, %25, %26, %27}, %28, 1, 1, 1, 0;"
+	             : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3])
+	             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+#endif
+}
+
+template <>
 __device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], uint32_t a0, uint32_t a1, uint32_t a2,
                                              uint32_t a3, uint64_t desc) {
 #ifdef GLYD_WGMMA

@@ -199,20 +199,30 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 // groupedConfigs are the tile configurations of the grouped kernel
 // (glyd_lin_f12g*, the GLYD_LING and GLYD_LINGW lines of kernels/moe.cu, same
 // order): the dense kernel's mma.sync tiles for 8, 16, 32 and 64 rows of x at
-// a time, then (sm_90) its wgmma tiles for 16, 64 and 128 (the dense picks
-// of pickConfig at 16, 64 and 128 tokens).
+// a time, then (sm_90) its wgmma tiles for 16, 32, 48, 64 and 128.
 var groupedConfigs = []linConfig{
 	{1, 1, 1, 8, 1, linRegs, 0, 0},
 	{1, 2, 1, 8, 1, linRegs, 0, 0},
 	{2, 4, 1, 8, 1, linRegs, 0, 0},
 	{1, 8, 2, 4, 1, linRegs, 0, 0},
-	wgConfig(16, 1, 4, 4, 2),
+	wgConfig(16, 1, 4, 4, 2), // groupedWgmma
+	wgConfig(32, 1, 4, 4, 2),
+	wgConfig(48, 1, 4, 4, 4),
 	wgConfig(64, 1, 4, 4, 4),
 	wgConfig(128, 1, 4, 2, 2),
 }
 
 // groupedWgmma is the index of the first wgmma configuration in groupedConfigs.
 const groupedWgmma = 4
+
+// The sm_90 grouped tiles by the rows of x they take at a time.
+const (
+	groupedT16 = groupedWgmma + iota
+	groupedT32
+	groupedT48
+	groupedT64
+	groupedT128
+)
 
 func (c linConfig) groupedName() string { return "glyd_lin_f12g" + c.name()[len("glyd_lin_f12"):] }
 
@@ -221,28 +231,40 @@ func (c linConfig) groupedName() string { return "glyd_lin_f12g" + c.name()[len(
 // per expert decides. Elsewhere than sm_90, the mma.sync tile whose rows of
 // x cover the mean (an expert with more rows than the tile reads and decodes
 // its weights once per tile). On sm_90 (hopper), from the Mixtral-8x7B,
-// Qwen3-30B-A3B and Llama-4-Scout blocks on the H200 with each tile forced
-// (session 13, python/benchmarks/moe_grouped_sweep.py):
-//   - over 8 rows per expert the 64-row wgmma tile (at 16 per expert 1-16%
-//     faster than the 16-row one), over 32 the 128-row one (at 64 per expert
-//     17-27% faster than the 64-row one; at 32, 11% slower);
-//   - from 1 to 8 rows per expert, for k <= 2048 (Qwen3's 2048 and 768) the
-//     16-row wgmma tile, 13-23% faster than the mma.sync tiles; for larger k
-//     (Mixtral, Llama 4) it is 6-33% slower than the mma.sync tile of 8
-//     rows up to 4 per expert, of 16 up to 8 (at 8 per expert 10-14% faster
-//     than the 8-row one, at 4 per expert 12% slower).
+// Qwen3-30B-A3B, Llama-4-Scout and gpt-oss-20b blocks on the H200 with each
+// tile forced (sessions 13 and 15, python/benchmarks/moe_grouped_sweep.py):
+//   - over 56 rows per expert the 128-row tile (at 64 per expert 16-27%
+//     faster than the 64-row one), over 32 the 64-row one (at 48 per expert
+//     8% faster than the 128-row one, 17% than the 48-row one, which reads
+//     the experts past 48 rows twice);
+//   - over 16 the 48-row tile (at 32 per expert 4-8% faster than the 64-row
+//     one in all four blocks; the 32-row one 16-44% slower);
+//   - over 8, for k <= 2048 (Qwen3's 2048 and 768) the 32-row tile (at 16 per
+//     expert 9% faster than the 64-row one), else the 64-row one (Mixtral at
+//     16 per expert: the 16- and 64-row tiles within 1%);
+//   - from 1 to 8 rows per expert, for k <= 2048 the 16-row wgmma tile,
+//     13-23% faster than the mma.sync tiles; for larger k (Mixtral, Llama 4)
+//     it is 6-33% slower than the mma.sync tile of 8 rows up to 4 per
+//     expert, of 16 up to 8 (at 8 per expert 10-14% faster than the 8-row
+//     one, at 4 per expert 12% slower).
 func pickGrouped(rows, e, k int64, hopper bool) int {
 	if f := forcedGrouped.Load(); f > 0 {
 		return int(f - 1)
 	}
 	if hopper {
 		switch {
+		case rows > 56*e:
+			return groupedT128
 		case rows > 32*e:
-			return groupedWgmma + 2
+			return groupedT64
+		case rows > 16*e:
+			return groupedT48
+		case rows > 8*e && k <= 2048:
+			return groupedT32
 		case rows > 8*e:
-			return groupedWgmma + 1
+			return groupedT64
 		case k <= 2048 && rows >= e:
-			return groupedWgmma
+			return groupedT16
 		case rows > 4*e:
 			return 1
 		}

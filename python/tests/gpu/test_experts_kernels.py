@@ -94,8 +94,8 @@ def check(w, de, counts, tail=0, bias=False, seed=0, xscale=1.0):
     [0, 1, 1, 0, 1, 0, 0, 1],             # top-4 of one token
     [3, 0, 9, 1, 0, 17, 0, 8],            # several 8-row tiles per expert
     [0, 0, 0, 0, 0, 0, 0, 0],             # nothing routed
-    [12, 0, 15, 16, 9, 20, 0, 30],        # mean <= 16 rows: the 16-row tile
-    [33, 20, 1, 40, 31, 25, 30, 26],      # mean <= 32 rows: the 32-row tile (sm_90: the 64-row one)
+    [12, 0, 15, 16, 9, 20, 0, 30],        # mean <= 16 rows: the 16-row tile (sm_90, k 192: the 32-row one)
+    [33, 20, 1, 40, 31, 25, 30, 26],      # mean <= 32 rows: the 32-row tile (sm_90: the 48-row one)
     [40, 40, 40, 40, 40, 40, 40, 40],     # a prompt: the 64-row tile
     [70, 130, 0, 300, 64, 65, 1, 128],    # mean > 64 rows: sm_90's 128-row tile (partial, several)
 ])
@@ -103,6 +103,25 @@ def check(w, de, counts, tail=0, bias=False, seed=0, xscale=1.0):
 def test_linear_experts(counts, bias):
     w, _, de = experts(8, 80, 192, seed=len(counts) + sum(counts))
     check(w, de, counts, tail=3, bias=bias)
+
+
+#: core/gpu/moe.go, groupedConfigs: the mma.sync tiles, then the wgmma ones (sm_90 only)
+GROUPED = ["glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12g_m1n8w2k4u1"]
+GROUPED_SM90 = ["glyd_lin_f12gw_t16k1s4u4p2", "glyd_lin_f12gw_t32k1s4u4p2", "glyd_lin_f12gw_t48k1s4u4p4",
+                "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t128k1s4u2p2"]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_experts_every_config(bias):
+    # every tile forced over experts with 0, 1, partial and several tiles of rows
+    names = GROUPED + (GROUPED_SM90 if torch.cuda.get_device_capability(DEV) == (9, 0) else [])
+    w, _, de = experts(8, 80, 192, seed=31)
+    try:
+        for name in names:
+            _gpu.force_kernel(name)
+            check(w, de, [33, 20, 1, 50, 31, 0, 97, 130], tail=3, bias=bias)
+    finally:
+        _gpu.force_kernel(None)
 
 
 def test_linear_experts_shapes_not_tile_multiples():
