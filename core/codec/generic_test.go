@@ -17,6 +17,17 @@ func TestGenericPaths(t *testing.T) {
 		// Large enough for the pair tables of the fast Smallest encoder.
 		"large": randnBF16(1<<20+3*4096+77, 0.03, 10),
 	}
+	// Chunks of N(0, 0.02), random bits and N(0, 1e20) in turn: the
+	// window of the vector histogram moves, or is given up, from chunk to
+	// chunk.
+	drift := randnBF16(12*4096+5, 0.02, 12)
+	for c := 1; c < 12; c += 3 {
+		for i := 4096 * c; i < 4096*(c+1); i++ {
+			drift[i] = uint16(i * 40503)
+		}
+		copy(drift[4096*(c+1):], randnBF16(4096, 1e20, uint64(c)))
+	}
+	inputs["drift"] = drift
 	for _, name := range []string{"sparse", "large"} {
 		sp := inputs[name]
 		for p := 0; p < len(sp); p += 37 {

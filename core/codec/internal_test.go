@@ -242,3 +242,91 @@ func TestSplitChunk(t *testing.T) {
 		}
 	}
 }
+
+// TestHistWindow checks histWindow (SSE2 on amd64) against histBF16 and
+// counts its outliers, for chunks of random bits, of every bf16 pattern
+// (±0, subnormals, ±Inf, NaNs), of one repeated exponent (a lane of the
+// vector counters sees it 256 times), of a few exponents, and of N(0, σ)
+// weights, with windows that hold all, some or none of the exponents, at
+// both ends of the range.
+func TestHistWindow(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var chunks [][]uint16
+	for p := 0; p < 1<<16; p += ChunkElements {
+		x := make([]uint16, ChunkElements)
+		for i := range x {
+			x[i] = uint16(p + i)
+		}
+		chunks = append(chunks, x)
+	}
+	for _, e := range []int{0, 1, 119, 127, 243, 244, 245, 254, 255} {
+		x := make([]uint16, ChunkElements)
+		for i := range x {
+			x[i] = uint16(e)<<7 | uint16(r.Uint32())&0x807F
+		}
+		chunks = append(chunks, x)
+	}
+	for k := 0; k < 8; k++ {
+		x, y, z := make([]uint16, ChunkElements), make([]uint16, ChunkElements), make([]uint16, ChunkElements)
+		for i := range x {
+			x[i] = uint16(r.Uint32())
+			y[i] = uint16(118+r.IntN(4+k))<<7 | uint16(r.Uint32())&0x807F
+			z[i] = uint16(math.Float32bits(float32(r.NormFloat64()*0.02)) >> 16)
+		}
+		chunks = append(chunks, x, y, z)
+	}
+	for c, x := range chunks {
+		var want [256]uint16
+		histBF16(x, &want, new(readAhead))
+		for _, ws := range []int{0, 1, 100, 113, 117, 120, 200, 243, 244, r.IntN(245)} {
+			got := [256]uint16{7: 3, 255: 1} // histWindow adds to h
+			n := histWindow(asChunkX(x), &got, ws, nil)
+			got[7] -= 3
+			got[255]--
+			if got != want {
+				t.Fatalf("chunk %d window %d: histogram differs from histBF16's", c, ws)
+			}
+			out := ChunkElements
+			for _, k := range want[ws : ws+windowLen] {
+				out -= int(k)
+			}
+			if n != out {
+				t.Fatalf("chunk %d window %d: %d outliers, want %d", c, ws, n, out)
+			}
+		}
+	}
+}
+
+func TestWindowStart(t *testing.T) {
+	var h [256]uint16
+	h[255], h[250] = 100, 100
+	if ws := windowStart(&h); ws != 256-windowLen {
+		t.Fatalf("window %d, want %d", ws, 256-windowLen)
+	}
+	h[100] = 10 // 5% outside: still worth it
+	if ws := windowStart(&h); ws != 256-windowLen {
+		t.Fatalf("window %d, want %d", ws, 256-windowLen)
+	}
+	h[101] = 10 // 9% outside
+	if ws := windowStart(&h); ws != -1 {
+		t.Fatalf("window %d, want -1", ws)
+	}
+}
+
+// TestPrefetch checks that prefetch leaves memory as it is, for lengths
+// that end inside a cache line.
+func TestPrefetch(t *testing.T) {
+	b := make([]byte, 300)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	for _, n := range []int{1, 63, 64, 65, 300} {
+		prefetch(&b[0], n)
+		prefetch(&b[len(b)-n], n)
+	}
+	for i := range b {
+		if b[i] != byte(i) {
+			t.Fatal("prefetch changed memory")
+		}
+	}
+}

@@ -85,7 +85,14 @@ func BenchmarkKernel(b *testing.B) {
 	}
 	run("histBF16", func(k *kchunk) {
 		var hh [256]uint16
-		histBF16(k.x, &hh)
+		histBF16(k.x, &hh, new(readAhead))
+	})
+	var h0 [256]uint16
+	histBF16(cs[0].x, &h0, new(readAhead))
+	ws := windowStart(&h0)
+	run("histWindow", func(k *kchunk) {
+		var hh [256]uint16
+		histWindow(asChunkX(k.x), &hh, ws, nil)
 	})
 	run("encodeFixed12", func(k *kchunk) {
 		w := escWriter{idx: escIdx, exp: escExp}
@@ -105,7 +112,7 @@ func BenchmarkKernel(b *testing.B) {
 	var fe chunkSM
 	run("encodeSmallestFast", func(k *kchunk) {
 		w := escWriter{idx: escIdx, exp: escExp}
-		encodeSmallestFast(k.x, sm[:], code[:], &fs, &fe, &sym, nil, table, sbase, 0, &w)
+		encodeSmallestFast(k.x, sm[:], code[:], &fs, &fe, &sym, nil, table, sbase, 0, &w, new(readAhead))
 	})
 	var dt smallestDecTables
 	dt.build(table, f)
@@ -149,12 +156,12 @@ func BenchmarkPasses(b *testing.B) {
 	}
 	run("split", func(k *kchunk) { splitChunk(asChunkX(k.x), &sm, &e) })
 	splitChunk(asChunkX(cs[0].x), &sm, &e) // A and APair read cs[0]'s exponents
-	run("A", func(k *kchunk) { smallestEncA(&e, &c1, &s.te, &sym) })
+	run("A", func(k *kchunk) { smallestEncA(&e, &c1, &s.te, &sym, new(readAhead)) })
 	var pair pairSymTable
 	pair.build(&sym)
-	run("APair", func(k *kchunk) { smallestEncAPair(&e, &c1, &s.te, &pair) })
+	run("APair", func(k *kchunk) { smallestEncAPair(&e, &c1, &s.te, &pair, new(readAhead)) })
 	splitChunk(asChunkX(cs[0].x), &sm, &e)
-	smallestEncA(&e, &c1, &s.te, &sym)
+	smallestEncA(&e, &c1, &s.te, &sym, new(readAhead))
 	run("B", func(k *kchunk) { smallestEncB(&s.te, &s.buf2) })
 	run("L", func(k *kchunk) { smallestEncL(&s.te, &s.l3) })
 	nl3 := smallestEncL(&s.te, &s.l3)

@@ -179,6 +179,16 @@ func (pk *packer) chunkSrc(c int) (x []uint16, g, lo int) {
 	return pk.src[base+lo : base+hi], g, lo
 }
 
+// ahead returns the elements after chunk c (global index), for reading
+// ahead: the next chunk, in this group or the next.
+func (pk *packer) ahead(c int) readAhead {
+	if c+1 >= pk.G*pk.chunksPer {
+		return nil
+	}
+	x, _, _ := pk.chunkSrc(c + 1)
+	return readAhead(u16bytes(x))
+}
+
 // unitChunks returns the global indices [c0, c1) of unit us's chunks.
 func (pk *packer) unitChunks(us unit) (c0, c1 int) {
 	first := us.g * pk.chunksPer
@@ -189,15 +199,29 @@ func (pk *packer) unitChunks(us unit) (c0, c1 int) {
 func (pk *packer) histUnit(_, u int) error {
 	us := pk.units[u]
 	var crc uint32
+	ws := -1 // histWindow's window, from an earlier chunk of the unit (-1: none)
 	c0, c1 := pk.unitChunks(us)
 	for c := c0; c < c1; c++ {
 		x, _, _ := pk.chunkSrc(c)
+		ra := pk.ahead(c)
 		crc = crcUpdate(crc, x) // chunk by chunk: the histogram then reads x from L1
 		h := (*[256]uint16)(pk.hist[256*c : 256*c+256])
-		if pk.dt == BF16 {
-			histBF16(x, h)
-		} else {
+		switch {
+		case pk.dt != BF16:
 			histFP16(x, h)
+		case ws >= 0 && littleEndian && !forceGeneric && len(x) == ChunkElements:
+			xb := asChunkX(x)
+			next := &xb[0] // only a hint
+			if len(ra) > 0 {
+				next = &ra[0]
+			}
+			*h = [256]uint16{}
+			if histWindow(xb, h, ws, next) > ChunkElements/16 {
+				ws = windowStart(h)
+			}
+		default:
+			histBF16(x, h, &ra)
+			ws = windowStart(h)
 		}
 	}
 	pk.unitCRC[u] = crc
@@ -242,17 +266,16 @@ func (pk *packer) countUnit(_, u int) error {
 	c0, c1 := pk.unitChunks(us)
 	for c := c0; c < c1; c++ {
 		h := (*[256]uint16)(pk.hist[256*c : 256*c+256])
+		x, _, _ := pk.chunkSrc(c)
 		if pk.layout == Fixed12 {
+			// Escapes: all but the 15 exponents of the window.
 			b := int(pk.t.Groups[us.g].Base)
-			n := 0
-			for e, k := range h {
-				if e < b || e > b+14 {
-					n += int(k)
-				}
+			n := len(x)
+			for _, k := range h[b : b+15] {
+				n -= int(k)
 			}
 			pk.cntEsc[c] = n
 		} else {
-			x, _, _ := pk.chunkSrc(c)
 			grp := &pk.t.Groups[us.g]
 			pk.cnt2[c], pk.cnt3[c], pk.cntEsc[c] = smallestCounts(h, &sym, grp.Table, int(pk.used[us.g]), grp.Base, len(x))
 		}
@@ -276,6 +299,7 @@ func (pk *packer) encodeUnit(s *scratch, u int) error {
 	c0, c1 := pk.unitChunks(us)
 	for c := c0; c < c1; c++ {
 		x, _, lo := pk.chunkSrc(c)
+		ra := pk.ahead(c)
 		m := len(x)
 		sm := smg[pk.d.smSize(lo):pk.d.smSize(lo+m)]
 		f := pk.d.field()
@@ -288,15 +312,20 @@ func (pk *packer) encodeUnit(s *scratch, u int) error {
 		}
 		code := codeg[codeSize(pk.layout, lo):codeSize(pk.layout, lo+m)]
 		if pk.layout == Fixed12 {
-			if !encodeFixed12(x, sm, code, f, grp.Base, lo, &esc) {
-				return status.Errorf(status.Internal, "internal error: escape count of chunk %d", c)
+			// In pieces, reading ahead between them.
+			for p := 0; p < m; p += ChunkElements / aheadPieces {
+				ra.step()
+				q := min(p+ChunkElements/aheadPieces, m)
+				if !encodeFixed12(x[p:q], sm[pk.d.smSize(p):], code[p/2:], f, grp.Base, lo+p, &esc) {
+					return status.Errorf(status.Internal, "internal error: escape count of chunk %d", c)
+				}
 			}
 		} else {
 			var len2, len3 int
 			var ok bool
 			b2, b3 := s.buf2[:], s.buf3[:]
 			if f.bf16 && littleEndian && !forceGeneric {
-				len2, len3, ok = encodeSmallestFast(x, sm, code, &s.fast, &s.e, &sym, pk.pairTable(s, us.g, &sym), grp.Table, grp.Base, lo, &esc)
+				len2, len3, ok = encodeSmallestFast(x, sm, code, &s.fast, &s.e, &sym, pk.pairTable(s, us.g, &sym), grp.Table, grp.Base, lo, &esc, &ra)
 				b2, b3 = s.fast.buf2[:], s.fast.buf3[:]
 			} else {
 				len2, len3, ok = encodeSmallest(x, sm, code, b2, b3, f, &sym, grp.Base, lo, &esc)
@@ -336,12 +365,13 @@ func (pk *packer) pairTable(s *scratch, g int, sym *[256]uint8) *pairSymTable {
 	return s.pair
 }
 
-// histBF16 counts the exponents of x into h (len(x) <= ChunkElements).
-func histBF16(x []uint16, h *[256]uint16) {
+// histBF16 counts the exponents of x into h (len(x) <= ChunkElements),
+// reading ra ahead during a whole chunk.
+func histBF16(x []uint16, h *[256]uint16, ra *readAhead) {
 	var hs [4][256]uint32 // four histograms: fewer stalls on repeated exponents
 	i := 0
 	if littleEndian && len(x) == ChunkElements {
-		histChunk(asChunkX(x), &hs)
+		histChunk(asChunkX(x), &hs, ra)
 		i = len(x)
 	}
 	if littleEndian {
@@ -362,15 +392,45 @@ func histBF16(x []uint16, h *[256]uint16) {
 	}
 }
 
+// windowLen is the number of consecutive exponents histWindow counts in
+// vector lanes.
+const windowLen = 12
+
+// windowStart returns the start of the window of windowLen exponents that
+// holds the most of the counts h (at most 256-windowLen), or -1 if even
+// that one misses more than 1/16 of them: histWindow would then be slower
+// than histBF16.
+func windowStart(h *[256]uint16) int {
+	var total, sum, best, ws int
+	for e, n := range h {
+		total += int(n)
+		sum += int(n)
+		if e >= windowLen {
+			sum -= int(h[e-windowLen])
+		}
+		if e >= windowLen-1 && sum > best {
+			best, ws = sum, e-(windowLen-1)
+		}
+	}
+	if total-best > total/16 {
+		return -1
+	}
+	return ws
+}
+
 // histChunk is histBF16's loop for a whole chunk: fixed sizes, no bounds
 // checks.
-func histChunk(xb *chunkX, hs *[4][256]uint32) {
-	for i := 0; i < len(xb); i += 8 {
-		w := binary.LittleEndian.Uint64(xb[i : i+8])
-		hs[0][uint8(w>>7)]++
-		hs[1][uint8(w>>23)]++
-		hs[2][uint8(w>>39)]++
-		hs[3][uint8(w>>55)]++
+func histChunk(xb *chunkX, hs *[4][256]uint32, ra *readAhead) {
+	for p := range aheadPieces {
+		ra.step()
+		piece := (*[len(xb) / aheadPieces]byte)(xb[p*len(xb)/aheadPieces:])
+		for i := 0; i < len(piece); i += 8 {
+			w := binary.LittleEndian.Uint64(piece[i : i+8])
+			hs[0][uint8(w>>7)]++
+			hs[1][uint8(w>>23)]++
+			hs[2][uint8(w>>39)]++
+			hs[3][uint8(w>>55)]++
+		}
 	}
 }
 

@@ -23,7 +23,8 @@ import (
 // A pass stops at a block with an escape, which is then done one element
 // at a time, and resumes. A last, partial chunk goes through padded copies
 // (smallestScratch). The generic coders in smallest.go serve fp16 and
-// big-endian machines; forceGeneric makes tests use them for bf16 too.
+// big-endian machines; forceGeneric makes tests use them for bf16 too (and
+// histBF16 instead of histWindow).
 
 var forceGeneric = false
 
@@ -84,8 +85,8 @@ func asChunkX(x []uint16) *chunkX { return (*chunkX)(u16bytes(x)) }
 //
 // e receives the chunk's exponent bytes. pair, if not nil, is sym for two
 // exponents at a time (pairSymTable): fewer instructions per block in
-// pass A.
-func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, e *chunkSM, sym *[256]uint8, pair *pairSymTable, table [6]uint8, base uint8, start int, esc *escWriter) (len2, len3 int, ok bool) {
+// pass A. Pass A reads ra ahead.
+func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, e *chunkSM, sym *[256]uint8, pair *pairSymTable, table [6]uint8, base uint8, start int, esc *escWriter, ra *readAhead) (len2, len3 int, ok bool) {
 	n := len(x)
 	xs, sms, c1s := x, sm, code1
 	if n < ChunkElements {
@@ -101,9 +102,9 @@ func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, e *chu
 	xb := asChunkX(xs)
 	splitChunk(xb, (*chunkSM)(sms), e)
 	if pair != nil {
-		smallestEncAPair(e, (*chunkL1)(c1s), &s.te, pair)
+		smallestEncAPair(e, (*chunkL1)(c1s), &s.te, pair, ra)
 	} else {
-		smallestEncA(e, (*chunkL1)(c1s), &s.te, sym)
+		smallestEncA(e, (*chunkL1)(c1s), &s.te, sym, ra)
 	}
 	len2 = smallestEncB(&s.te, &s.buf2)
 	nl3 := smallestEncL(&s.te, &s.l3)
@@ -142,10 +143,16 @@ func encodeSmallestFast(x []uint16, sm, code1 []byte, s *smallestScratch, e *chu
 	return len2, len3, ok && len2 <= maxSeg2 && len3 <= maxSeg3
 }
 
+// aheadBlocks is the number of blocks pass A codes per piece read ahead.
+const aheadBlocks = blocksPerChunk / aheadPieces
+
 // smallestEncA is the encoder's pass A for bf16: each block's encTable
 // entry to te and its level-1 byte to c1, from the exponent bytes e.
-func smallestEncA(e *chunkSM, c1 *chunkL1, te *[blocksPerChunk]uint32, sym *[256]uint8) {
+func smallestEncA(e *chunkSM, c1 *chunkL1, te *[blocksPerChunk]uint32, sym *[256]uint8, ra *readAhead) {
 	for blk := 0; blk < blocksPerChunk; blk++ {
+		if blk%aheadBlocks == 0 {
+			ra.step()
+		}
 		t := encTable[(uint32(sym[e[4*blk]])|uint32(sym[e[4*blk+1]])<<3|uint32(sym[e[4*blk+2]])<<6|uint32(sym[e[4*blk+3]])<<9)&4095]
 		c1[blk] = byte(t)
 		te[blk] = t
@@ -173,8 +180,11 @@ func (p *pairSymTable) build(sym *[256]uint8) {
 
 // smallestEncAPair is smallestEncA with a pair table: two lookups per block
 // for its 12-bit symbol index instead of four lookups and three shifts.
-func smallestEncAPair(e *chunkSM, c1 *chunkL1, te *[blocksPerChunk]uint32, pair *pairSymTable) {
+func smallestEncAPair(e *chunkSM, c1 *chunkL1, te *[blocksPerChunk]uint32, pair *pairSymTable, ra *readAhead) {
 	for blk := 0; blk < blocksPerChunk; blk++ {
+		if blk%aheadBlocks == 0 {
+			ra.step()
+		}
 		v := binary.LittleEndian.Uint32(e[4*blk : 4*blk+4]) // e0 | e1<<8 | e2<<16 | e3<<24
 		t := encTable[(uint32(pair[uint16(v)])|uint32(pair[uint16(v>>16)])<<6)&4095]
 		c1[blk] = byte(t)

@@ -15,6 +15,24 @@ type unit struct {
 	lo, hi int
 }
 
+// readAhead is the source bytes of the chunk after the one being coded,
+// prefetched a piece at a time while it is coded. Otherwise the first read
+// of each chunk waits on memory (CRC-32C ran at a third of its in-cache
+// speed); prefetching a whole chunk at once stalls instead on the few
+// misses a core can have in flight.
+type readAhead []byte
+
+// aheadPieces is how many pieces a chunk is prefetched in.
+const aheadPieces = 16
+
+// step prefetches the next piece, if any.
+func (r *readAhead) step() {
+	if n := min(len(*r), 2*ChunkElements/aheadPieces); n > 0 {
+		prefetch(&(*r)[0], n)
+		*r = (*r)[n:]
+	}
+}
+
 // makeUnits cuts groups [g0, g1) of per elements each into units.
 func makeUnits(g0, g1, per int) []unit {
 	perGroup := (per + unitElements - 1) / unitElements
