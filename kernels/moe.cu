@@ -230,12 +230,14 @@ __device__ __forceinline__ void linear_f12w_experts(const glyd_kparams &p, float
 // The grouped configurations (core/gpu/moe.go, groupedConfigs: chosen by the
 // mean rows per expert): tiles of the dense kernel for 8, 16, 32, 64 tokens,
 // and on sm_90 the wgmma tiles for 16, 32, 48, 64 and 128.
-// The 8-row tile (one row per expert: decode steps) capped at 64 registers
-// for 4 blocks per SM, as the dense one has (the expert scan took it to 69,
-// 3 blocks; capped it spills nothing): Llama-4-Scout's 1-token block 0.129
-// -> 0.122 ms, Mixtral's 0.199 -> 0.175 (session 15).
+// The 8- and 16-row tiles (decode steps: up to 8 rows per expert) capped at
+// 64 registers for 4 blocks per SM (the expert scan took them to 69 and 74,
+// 3 blocks): Llama-4-Scout's 1-token block 0.129 -> 0.122 ms, Mixtral's 0.199
+// -> 0.175, Mixtral at 32 tokens 0.761 -> 0.690 although the 16-row tile
+// spills 24 bytes (session 15). The dense m1n2 tile and t16k2 capped the
+// same way lost 9-20% (spills, and no gain from the occupancy).
 GLYD_LING(1, 1, 1, 8, 1, (256, 4))
-GLYD_LING(1, 2, 1, 8, 1, (256))
+GLYD_LING(1, 2, 1, 8, 1, (256, 4))
 GLYD_LING(2, 4, 1, 8, 1, (256))
 GLYD_LING(1, 8, 2, 4, 1, (256))
 GLYD_LINGW(16, 1, 4, 4, 2, (192, 3))
