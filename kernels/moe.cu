@@ -229,7 +229,7 @@ __device__ __forceinline__ void linear_f12w_experts(const glyd_kparams &p, float
 
 // The grouped configurations (core/gpu/moe.go, groupedConfigs: chosen by the
 // mean rows per expert): tiles of the dense kernel for 8, 16, 32, 64 tokens,
-// and on sm_90 the wgmma tiles for 16, 32, 48, 64 and 128.
+// and on sm_90 the wgmma tiles for 16, 32, 48, 64, 96 and 128.
 // The 8- and 16-row tiles (decode steps: up to 8 rows per expert) capped at
 // 64 registers for 4 blocks per SM (the expert scan took them to 69 and 74,
 // 3 blocks): Llama-4-Scout's 1-token block 0.129 -> 0.122 ms, Mixtral's 0.199
@@ -244,6 +244,7 @@ GLYD_LINGW(16, 1, 4, 4, 2, (192, 3))
 GLYD_LINGW(32, 1, 4, 4, 2, (192, 3))
 GLYD_LINGW(48, 1, 4, 4, 4, (256))
 GLYD_LINGW(64, 1, 4, 4, 4, (256))
+GLYD_LINGW(96, 1, 4, 2, 2, (192))
 GLYD_LINGW(128, 1, 4, 2, 2, (192))
 
 // ---------------------------------------------------------------------------

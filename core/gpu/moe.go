@@ -199,7 +199,7 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 // groupedConfigs are the tile configurations of the grouped kernel
 // (glyd_lin_f12g*, the GLYD_LING and GLYD_LINGW lines of kernels/moe.cu, same
 // order): the dense kernel's mma.sync tiles for 8, 16, 32 and 64 rows of x at
-// a time, then (sm_90) its wgmma tiles for 16, 32, 48, 64 and 128.
+// a time, then (sm_90) its wgmma tiles for 16, 32, 48, 64, 96 and 128.
 var groupedConfigs = []linConfig{
 	{1, 1, 1, 8, 1, linRegs, 0, 0},
 	{1, 2, 1, 8, 1, linRegs, 0, 0},
@@ -209,6 +209,7 @@ var groupedConfigs = []linConfig{
 	wgConfig(32, 1, 4, 4, 2),
 	wgConfig(48, 1, 4, 4, 4),
 	wgConfig(64, 1, 4, 4, 4),
+	wgConfig(96, 1, 4, 2, 2),
 	wgConfig(128, 1, 4, 2, 2),
 }
 
@@ -221,6 +222,7 @@ const (
 	groupedT32
 	groupedT48
 	groupedT64
+	groupedT96
 	groupedT128
 )
 
@@ -233,10 +235,12 @@ func (c linConfig) groupedName() string { return "glyd_lin_f12g" + c.name()[len(
 // its weights once per tile). On sm_90 (hopper), from the Mixtral-8x7B,
 // Qwen3-30B-A3B, Llama-4-Scout and gpt-oss-20b blocks on the H200 with each
 // tile forced (sessions 13 and 15, python/benchmarks/moe_grouped_sweep.py):
-//   - over 56 rows per expert the 128-row tile (at 64 per expert 16-27%
-//     faster than the 64-row one), over 32 the 64-row one (at 48 per expert
-//     8% faster than the 128-row one, 17% than the 48-row one, which reads
-//     the experts past 48 rows twice);
+//   - over 80 rows per expert the 128-row tile (at 96 and 128 per expert
+//     13-23% faster than the 96-row one, which reads the experts past 96
+//     rows twice), over 56 the 96-row one (at 64 per expert 2-5% faster than
+//     the 128-row one in all four blocks, 16-27% than the 64-row one), over
+//     32 the 64-row one (at 48 per expert 4% faster than the 96-row one, 8%
+//     than the 128-row one, 17% than the 48-row one);
 //   - over 16 the 48-row tile (at 32 per expert 4-8% faster than the 64-row
 //     one in all four blocks; the 32-row one 16-44% slower);
 //   - over 8, for k <= 2048 (Qwen3's 2048 and 768) the 32-row tile (at 16 per
@@ -253,8 +257,10 @@ func pickGrouped(rows, e, k int64, hopper bool) int {
 	}
 	if hopper {
 		switch {
-		case rows > 56*e:
+		case rows > 80*e:
 			return groupedT128
+		case rows > 56*e:
+			return groupedT96
 		case rows > 32*e:
 			return groupedT64
 		case rows > 16*e:

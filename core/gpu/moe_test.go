@@ -143,8 +143,10 @@ func TestPickGroupedCoversTheMeanRowsPerExpert(t *testing.T) {
 		{256, 8, "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12gw_t48k1s4u4p4", "glyd_lin_f12gw_t48k1s4u4p4"},
 		{257, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
 		{448, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t64k1s4u4p4"},
-		{449, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
-		{512, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
+		{449, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t96k1s4u2p2", "glyd_lin_f12gw_t96k1s4u2p2"},
+		{512, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t96k1s4u2p2", "glyd_lin_f12gw_t96k1s4u2p2"},
+		{640, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t96k1s4u2p2", "glyd_lin_f12gw_t96k1s4u2p2"},
+		{641, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
 		{1 << 20, 8, "glyd_lin_f12g_m1n8w2k4u1", "glyd_lin_f12gw_t128k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"},
 	} {
 		if got := groupedConfigs[pickGrouped(c.rows, c.e, 4096, false)].groupedName(); got != c.want {

@@ -20,7 +20,7 @@ tokens = [int(t) for t in sys.argv[2].split(",")]
 #: core/gpu/moe.go, groupedConfigs (the wgmma ones run on sm_90 only)
 GROUPED = ["glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12g_m1n8w2k4u1",
            "glyd_lin_f12gw_t16k1s4u4p2", "glyd_lin_f12gw_t32k1s4u4p2", "glyd_lin_f12gw_t48k1s4u4p4",
-           "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t128k1s4u2p2"]
+           "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t96k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"]
 configs = sys.argv[3].split(",") if len(sys.argv) > 3 else ["auto"] + GROUPED
 block = gpu_experts.pack_module(bm.make_block(name))
 hidden = bm.BLOCKS[name][1]

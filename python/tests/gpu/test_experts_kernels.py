@@ -97,7 +97,8 @@ def check(w, de, counts, tail=0, bias=False, seed=0, xscale=1.0):
     [12, 0, 15, 16, 9, 20, 0, 30],        # mean <= 16 rows: the 16-row tile (sm_90, k 192: the 32-row one)
     [33, 20, 1, 40, 31, 25, 30, 26],      # mean <= 32 rows: the 32-row tile (sm_90: the 48-row one)
     [40, 40, 40, 40, 40, 40, 40, 40],     # a prompt: the 64-row tile
-    [70, 130, 0, 300, 64, 65, 1, 128],    # mean > 64 rows: sm_90's 128-row tile (partial, several)
+    [60, 70, 0, 100, 64, 65, 1, 128],     # mean 61 rows: sm_90's 96-row tile (partial, several)
+    [70, 130, 0, 300, 64, 65, 1, 128],    # mean > 80 rows: sm_90's 128-row tile (partial, several)
 ])
 @pytest.mark.parametrize("bias", [False, True])
 def test_linear_experts(counts, bias):
@@ -108,7 +109,7 @@ def test_linear_experts(counts, bias):
 #: core/gpu/moe.go, groupedConfigs: the mma.sync tiles, then the wgmma ones (sm_90 only)
 GROUPED = ["glyd_lin_f12g_m1n1w1k8u1", "glyd_lin_f12g_m1n2w1k8u1", "glyd_lin_f12g_m2n4w1k8u1", "glyd_lin_f12g_m1n8w2k4u1"]
 GROUPED_SM90 = ["glyd_lin_f12gw_t16k1s4u4p2", "glyd_lin_f12gw_t32k1s4u4p2", "glyd_lin_f12gw_t48k1s4u4p4",
-                "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t128k1s4u2p2"]
+                "glyd_lin_f12gw_t64k1s4u4p4", "glyd_lin_f12gw_t96k1s4u2p2", "glyd_lin_f12gw_t128k1s4u2p2"]
 
 
 @pytest.mark.parametrize("bias", [False, True])
