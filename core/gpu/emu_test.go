@@ -2,10 +2,12 @@ package gpu
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -280,7 +282,13 @@ func transposedExperts(t *testing.T, e int, countsList [][]int32) {
 			r0 += int64(c)
 		}
 		if again := run(); !slices.Equal(again, y) {
-			t.Fatalf("counts %v: not deterministic", counts)
+			var diff []string
+			for i := range y {
+				if again[i] != y[i] && len(diff) < 8 {
+					diff = append(diff, fmt.Sprintf("row %d col %d: %#04x then %#04x", i/out, i%out, y[i], again[i]))
+				}
+			}
+			t.Fatalf("counts %v: not deterministic (%s)", counts, strings.Join(diff, "; "))
 		}
 		runtime.KeepAlive(x)
 	}
