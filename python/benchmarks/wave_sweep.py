@@ -2,18 +2,16 @@
 bf16, at fixed K and tokens: `python python/benchmarks/wave_sweep.py TOKENS K
 TILES[,TILES...] [ROWS_PER_TILE]`. Each size is N = tiles x rows-per-tile
 (default 128, the prompt tiles' rows), 12 layers with their own weights (two
-distinct packs), one CUDA graph per side, median of 20 replays. Prints one
-row per size: µs per layer for bf16 and Glyd, the ratio, the kernel and its
-split-K. A ratio that jumps between sizes that differ only in how the blocks
+distinct packs, glyd.gpu.bench.build), one CUDA graph per side, median of 20
+replays. Prints one row per size: µs per layer for bf16 and Glyd, the ratio
+and the kernel. A ratio that jumps between sizes that differ only in how the blocks
 fall on the SMs is the scheduler's, not the tile's."""
 
 import sys
 
 import torch
 
-import glyd
-from glyd import _gpu
-from glyd.gpu.bench import _time_graph
+from glyd.gpu.bench import _time_graph, build
 
 LAYERS = 12
 
@@ -24,20 +22,12 @@ def main():
     per = int(sys.argv[4]) if len(sys.argv) > 4 else 128
     dev = torch.device("cuda", 0)
     x = torch.randn(tokens, k, device=dev).to(torch.bfloat16)
-    print(f"| tokens | tiles | N x K | bf16 µs/layer | Glyd µs/layer | Glyd/bf16 | kernel |")
+    print("| tokens | tiles | N x K | bf16 µs/layer | Glyd µs/layer | Glyd/bf16 | kernel |")
     print("|---:|---:|---|---:|---:|---:|---|")
     for t in tiles:
         n = t * per
-        bases = [glyd.pack((torch.randn(n, k, generator=torch.Generator().manual_seed(d)) * 0.02).to(torch.bfloat16))
-                 for d in range(2)]
-        gpu = [{name: p.to(dev) for name, p in b.planes.items()} for b in bases]
-        dts, ws = [], []
-        for li in range(LAYERS):
-            b = bases[li % 2]
-            planes = {name: p.clone() for name, p in gpu[li % 2].items()}
-            dt = _gpu.DeviceTensor(None, dev, layout=b.layout, shape=b.shape, groups=b.groups, planes=planes)
-            dts.append(dt)
-            ws.append(dt.decode())
+        s = build("qwen3-8b", LAYERS, 2, shapes=[(n, k)])[0]
+        ws, dts = s["w"], s["dt"]
         y = torch.empty(tokens, n, dtype=torch.bfloat16, device=dev)
 
         def bf16():
@@ -52,7 +42,7 @@ def main():
         tg = _time_graph(glyd_) * 1000 / LAYERS
         print(f"| {tokens} | {t} | {n}x{k} | {tb:.1f} | {tg:.1f} | {tg / tb:.3f} | {dts[0].linear_kernel(tokens)} |",
               flush=True)
-        del dts, ws, gpu, bases, y
+        del s, dts, ws, y
         torch.cuda.empty_cache()
 
 

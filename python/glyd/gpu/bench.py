@@ -72,15 +72,17 @@ def _time_graph(fn, reps=20, warmup=3):
     return statistics.median(times)
 
 
-def build(model, layers, distinct, layout="fixed12"):
-    """Per shape: `layers` bf16 weights and DeviceTensors, each in its own memory."""
+def build(model, layers, distinct, layout="fixed12", shapes=None):
+    """Per shape: `layers` bf16 weights and DeviceTensors, each in its own memory.
+    shapes: [(N, K), ...] instead of the model's (its layer count stays the default)."""
     import torch
 
     import glyd
     from .. import _gpu
 
     dev = torch.device("cuda", 0)
-    nl, shapes = MODELS[model]
+    nl, model_shapes = MODELS[model]
+    shapes = shapes or model_shapes
     layers = layers or nl
     out = []
     for si, (n, k) in enumerate(shapes):
