@@ -27,6 +27,32 @@ __device__ __forceinline__ uint32_t ld_stream4(const void *p) {
 	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
 	return v;
 }
+// Asynchronous copies of weights into shared memory (sm_80+): no register
+// holds the bytes while they are in flight, so a thread can keep many k-blocks
+// coming. src_bytes 0 fills the destination with zeros (reads nothing). The
+// L2::256B hint as in ld_stream16. A thread waits for its own copies only
+// (cp_async_wait), so a buffer that the same thread fills and reads needs no
+// barrier.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, uint32_t src_bytes) {
+	asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
+	             : "memory");
+}
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void *src, uint32_t src_bytes) {
+	asm volatile("cp.async.ca.shared.global.L2::256B [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(src_bytes)
+	             : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most PENDING of this thread's committed groups are in flight.
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+	asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+}
+__device__ __forceinline__ uint4 lds16(uint32_t addr) {
+	uint4 v;
+	asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
+	             : "memory");
+	return v;
+}
 // The pointer as an opaque value: the compiler keeps it in a register instead
 // of recomputing the arithmetic that made it (rematerialization) in a loop.
 template <class T>

@@ -617,6 +617,18 @@ struct WarpRows {
 			}
 		}
 	}
+	// The same 48 bytes copied asynchronously into shared memory: row h's sm
+	// bytes at dst + pitch * h, both rows' code bytes at dst + 2 * pitch (row
+	// 0 first), zeros past K; nothing is copied when valid is false.
+	__device__ __forceinline__ void stage(uint32_t dst, uint32_t pitch, int32_t kb, bool valid, int32_t K32) const {
+		if (!valid) return;
+		const uint32_t bytes = kb * 64 + 16 * t < K32 ? 16 : 0;
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			cp_async16(dst + pitch * h, smr[h] + kb * 64, bytes);
+			cp_async8(dst + 2 * pitch + 8 * h, cdr[h] + kb * 32, bytes / 2);
+		}
+	}
 };
 
 // The escape records of one weight row (the escape index: k ascending, the
@@ -658,6 +670,66 @@ struct RowEscapes {
 			cur = nxt;
 			nxt = fetch(rec);
 		}
+	}
+};
+
+// A consumer lane's ring of U k-blocks of its two rows' weights (the prompt
+// tiles), block j of the split in slot j % U, the next U - 1 on their way:
+// in registers, or (SMEM_W) in shared memory from sbase on, 48 bytes per
+// thread of the block's 256 and slot: sm of row 0 at +0, row 1 at +4096,
+// both rows' code bytes at +8192, 16 bytes per thread in each; one cp.async
+// commit group per block (empty past the split's last), so that block j is
+// there when U - 2 groups are pending. Weights are immutable: the
+// constructor starts the first blocks, before griddep_wait.
+template <int U, bool SMEM_W>
+struct WeightRing {
+	static constexpr uint32_t PITCH = 16 * 256, SLOT = 3 * PITCH;
+	WarpRows wr;
+	uint32_t slot0;
+	int32_t kb_lo, nkb, K32;
+	uint4 ws[SMEM_W ? 1 : U][2];
+	uint2 wc[SMEM_W ? 1 : U][2];
+	__device__ __forceinline__ WeightRing(const glyd_kparams &p, int64_t row0, uint32_t sbase, int32_t kb_lo_,
+	                                      int32_t nkb_)
+	    : wr(p, row0), slot0(sbase + 16 * threadIdx.x), kb_lo(kb_lo_), nkb(nkb_), K32((int32_t)p.K) {
+#pragma unroll
+		for (int u = 0; u < U - (SMEM_W ? 1 : 0); u++) fill(u, u);
+	}
+	__device__ __forceinline__ void fill(int u, int32_t j) {
+		if (SMEM_W) {
+			wr.stage(slot0 + u * SLOT, PITCH, kb_lo + j, j < nkb, K32);
+			cp_async_commit();
+		} else {
+			wr.load(ws[u], wc[u], kb_lo + j, j < nkb, K32);
+		}
+	}
+	// Block j's weights, from slot u = j % U (a run-time u for the shared
+	// ring only).
+	__device__ __forceinline__ void take(int u, uint4 (&s2)[2], uint2 (&c2)[2]) {
+		if (SMEM_W) {
+			cp_async_wait<U - 2>();
+			const uint32_t at = slot0 + u * SLOT;
+			const uint4 cw = lds16(at + 2 * PITCH);
+			s2[0] = lds16(at);
+			s2[1] = lds16(at + PITCH);
+			c2[0] = make_uint2(cw.x, cw.y);
+			c2[1] = make_uint2(cw.z, cw.w);
+		} else {
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				s2[h] = ws[u][h];
+				c2[h] = wc[u][h];
+			}
+		}
+	}
+	// After block j (slot u) is decoded: the next block into the ring. The
+	// shared ring refills the slot block j - 1 was read from (its reads are
+	// done: its words were decoded), the register ring slot u itself.
+	__device__ __forceinline__ void advance(int u, int32_t j) {
+		if (SMEM_W)
+			fill(u == 0 ? U - 1 : u - 1, j + U - 1);
+		else
+			fill(u, j + U);
 	}
 };
 
@@ -854,19 +926,29 @@ GLYD_LINW(64, 1, 4, 4, 4, (256))
 // the first S copies, and the last of the 8 warps to finish its wgmma's on a
 // stage (a shared counter) starts the stage's next copy; each copy completes
 // on the stage's mbarrier FULL[s], whose phase the warps wait on.
+// Weights: a ring of U k-blocks per lane, U - 1 ahead (WeightRing): in
+// registers, or (SMEM_W) each lane copying its own 48 bytes of a k-block
+// into shared memory and reading them back when it decodes (no registers
+// held while the bytes are in flight). Measured (session 16): the 128-token
+// tile with a shared ring of 4 makes table 1 at 128 tokens 6-9% faster
+// (each shape alone: within 3% either way); the 64- and 256-token tiles are
+// 4-22% slower with it (their loop also reads and writes 24 KiB more shared
+// memory per k-block). The shared ring's loop is not unrolled: unrolled 4
+// times, the 128-token tile was 10% slower.
 // Escapes: each lane puts the true bits of its rows' escapes into the
 // decoded fragments (RowEscapes: one compare per row and k-block, rare
 // loads), so the products are exact and the epilogue has no escape loop (at
 // 512 tokens that loop, 32 groups of 8 tokens per escape with a dependent
 // load each, took a quarter of the kernel).
 // Shared memory: FULL[S] at byte 640, the counters at 768, the stages from
-// byte 1024, overlaid by the epilogue's [TB][132] tile.
-template <int TB, int S, int U, bool SAFE>
+// byte 1024, then (SMEM_W) the U weight slots (12 KiB each: 48 bytes per
+// thread), all overlaid by the epilogue's [TB][132] tile.
+template <int TB, int S, int U, bool SMEM_W, bool SAFE>
 __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
                                             uint32_t split_z) {
 #ifdef GLYD_WGMMA
 	constexpr int ROWS = 128, NT = TB / 8, STAGE = TB * 128, WARPS = 8;
-	static_assert(8 * S <= 128 && 4 * S <= 256, "shared layout");
+	static_assert(8 * S <= 128 && 4 * S <= 256 && U >= 2, "shared layout, ring");
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = warp >> 2;
 	const int64_t K = p.K;
 	const int64_t n0 = ntile * ROWS, m0 = mtile * TB;
@@ -886,11 +968,7 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 
 	griddep_launch();
 	const uint32_t B4 = p.base * 0x01010101u;
-	const WarpRows wr(p, n0 + warp * 16);
-	uint4 ws[U][2];
-	uint2 wc[U][2];
-#pragma unroll
-	for (int u = 0; u < U; u++) wr.load(ws[u], wc[u], kb_lo + u, u < nkb, K32);
+	WeightRing<U, SMEM_W> wts(p, n0 + warp * 16, ring_s + S * STAGE, kb_lo, nkb);
 	const uint2 *rec = pin((const uint2 *)p.escrecs);
 	RowEscapes re[2];
 #pragma unroll
@@ -912,45 +990,55 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 	for (int j = 0; j < NT; j++)
 #pragma unroll
 		for (int i = 0; i < 4; i++) acc[0][j][i] = 0.f;
-	for (int32_t j0 = 0; j0 < nkb; j0 += U) {
+	// The register ring needs its slots named at compile time: its loop is
+	// unrolled U times; the shared ring's is not (see above).
+	constexpr int STEP = SMEM_W ? 1 : U;
+	int slot = 0; // the shared ring's slot of block j
+	for (int32_t j0 = 0; j0 < nkb; j0 += STEP) {
 #pragma unroll
-		for (int u = 0; u < U; u++) {
-			const int32_t j = j0 + u;
-			if (j >= nkb) break;
-			const int stage = j % S;
-			uint32_t A[2][8];
-			decode16<SAFE>(ws[u][0], wc[u][0], B4, A[0]);
-			decode16<SAFE>(ws[u][1], wc[u][1], B4, A[1]);
-			// (Patched after the next loads and the FULL wait instead: 12-17%
-			// slower, session 11.)
-			const uint32_t lo = (uint32_t)(kb_lo + j) * 64 + 16 * (lane & 3);
+	for (int u = 0; u < STEP; u++) {
+		const int32_t j = j0 + u;
+		if (j >= nkb) break;
+		const int r = SMEM_W ? slot : u; // j % U
+		const int stage = j % S;
+		uint4 s2[2];
+		uint2 c2[2];
+		wts.take(r, s2, c2);
+		uint32_t A[2][8];
+		decode16<SAFE>(s2[0], c2[0], B4, A[0]);
+		decode16<SAFE>(s2[1], c2[1], B4, A[1]);
+		// (Patched after the next loads and the FULL wait instead: 12-17%
+		// slower, session 11.)
+		const uint32_t lo = (uint32_t)(kb_lo + j) * 64 + 16 * (lane & 3);
 #pragma unroll
-			for (int h = 0; h < 2; h++)
-				if (re[h].cur.x < lo + 16) re[h].patch(rec, A[h], lo);
-			wr.load(ws[u], wc[u], kb_lo + j + U, j + U < nkb, K32);
-			mbar_wait(full_s + 8 * stage, (uint32_t)(j / S) & 1u); // FULL: block j is staged
-			// Turns: warpgroup 0 issues block j's wgmma's after warpgroup 1
-			// issued block j - 1's (named barrier 1), warpgroup 1 after
-			// warpgroup 0 issued block j's (barrier 2), so the tensor cores
-			// run one group's wgmma's while the other decodes.
-			if (c == 0 && j > 0) bar_sync(1, 256);
-			if (c == 1) bar_sync(2, 256);
-			wgmma_kblock<TB>(acc[0], A, ring_s + stage * STAGE);
-			if (c == 0) bar_arrive(2, 256);
-			if (c == 1 && j + 1 < nkb) bar_arrive(1, 256);
-			wgmma_wait<0>();
-			// The last warp done with the stage refills it (the counter is
-			// reset before the copy can complete, so before its next use).
-			if (lane == 0 && j + S < nkb && atomicAdd(&done[stage], 1u) == WARPS - 1) {
-				done[stage] = 0;
-				stage_in(j + S);
-			}
+		for (int h = 0; h < 2; h++)
+			if (re[h].cur.x < lo + 16) re[h].patch(rec, A[h], lo);
+		wts.advance(r, j);
+		if (SMEM_W) slot = slot == U - 1 ? 0 : slot + 1;
+		mbar_wait(full_s + 8 * stage, (uint32_t)(j / S) & 1u); // FULL: block j is staged
+		// Turns: warpgroup 0 issues block j's wgmma's after warpgroup 1
+		// issued block j - 1's (named barrier 1), warpgroup 1 after
+		// warpgroup 0 issued block j's (barrier 2), so the tensor cores
+		// run one group's wgmma's while the other decodes.
+		if (c == 0 && j > 0) bar_sync(1, 256);
+		if (c == 1) bar_sync(2, 256);
+		wgmma_kblock<TB>(acc[0], A, ring_s + stage * STAGE);
+		if (c == 0) bar_arrive(2, 256);
+		if (c == 1 && j + 1 < nkb) bar_arrive(1, 256);
+		wgmma_wait<0>();
+		// The last warp done with the stage refills it (the counter is
+		// reset before the copy can complete, so before its next use).
+		if (lane == 0 && j + S < nkb && atomicAdd(&done[stage], 1u) == WARPS - 1) {
+			done[stage] = 0;
+			stage_in(j + S);
 		}
+	}
 	}
 #pragma unroll
 	for (int j = 0; j < NT; j++)
 #pragma unroll
 		for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[0][j][i])::"memory");
+	if (SMEM_W) cp_async_wait<0>(); // (the groups left are empty; kept so no copy can land on the epilogue's tile)
 	__syncthreads(); // the epilogue's tile overlays the stages
 	glyd_kparams q = p;
 	q.escrows = 0; // the escapes are in the products already
@@ -960,23 +1048,27 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 #endif
 }
 
-template <int TB, int S, int U, bool MANY, bool SAFE>
+template <int TB, int S, int U, bool SMEM_W, bool MANY, bool SAFE>
 __device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *smem) {
 	if (MANY) {
 		int64_t tile = blockIdx.y;
 		const glyd_kparams q = segment_tile<128>(p, &tile);
-		prompt_tile<TB, S, U, SAFE>(q, smem, blockIdx.x, tile, blockIdx.z);
+		prompt_tile<TB, S, U, SMEM_W, SAFE>(q, smem, blockIdx.x, tile, blockIdx.z);
 	} else {
-		prompt_tile<TB, S, U, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+		prompt_tile<TB, S, U, SMEM_W, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
 	}
 }
-// BOUNDS as for GLYD_LINW: t128 capped for two blocks per SM.
-#define GLYD_LINP(TB, S, U, BOUNDS)                                                                     \
-	GLYD_KERNEL_PAIR(glyd_lin_f12p_t##TB##s##S##u##U, BOUNDS, linear_f12_prompt, TB, S, U, false)          \
-	GLYD_KERNEL_PAIR(glyd_lin_f12p_t##TB##s##S##u##U##_many, BOUNDS, linear_f12_prompt, TB, S, U, true)
+// BOUNDS as for GLYD_LINW: t64 and t128 capped for two blocks per SM.
+// GLYD_LINP: weights in registers (u: U k-blocks per lane); GLYD_LINPW: in
+// shared memory (w: U slots).
+#define GLYD_LINP_(NAME, TB, S, U, SMEM_W, BOUNDS)                                                       \
+	GLYD_KERNEL_PAIR(NAME, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, false)                          \
+	GLYD_KERNEL_PAIR(NAME##_many, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, true)
+#define GLYD_LINP(TB, S, U, BOUNDS) GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##u##U, TB, S, U, false, BOUNDS)
+#define GLYD_LINPW(TB, S, U, BOUNDS) GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##w##U, TB, S, U, true, BOUNDS)
 
 GLYD_LINP(64, 4, 2, (256, 2))
-GLYD_LINP(128, 4, 2, (256, 2))
+GLYD_LINPW(128, 4, 4, (256, 2))
 GLYD_LINP(256, 4, 2, (256, 1))
 
 // x [rows, K] as the prompt tiles' stage images (prompt_tile) at p.dst: one

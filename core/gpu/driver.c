@@ -27,6 +27,7 @@ enum {
 	A_SMEM_PER_SM = 81,
 	A_SMEM_OPTIN = 97,
 	F_MAX_THREADS = 0,
+	F_SHARED_SIZE_BYTES = 1,
 	F_LOCAL_SIZE = 3,
 	F_NUM_REGS = 4,
 	F_MAX_DYNAMIC_SMEM = 8,
@@ -273,7 +274,15 @@ static int load_locked(int dev, devstate *s, const void *image, const char *name
 			return GLYD_DRV_CUDA;
 		}
 		if (smem_max > 48 * 1024) {
-			r = cu.FuncSetAttribute(s->fn[i], F_MAX_DYNAMIC_SMEM, smem_max);
+			/* Static and dynamic shared memory together stay within the
+			 * device's limit (smem_max is at most its opt-in maximum). */
+			int fixed = 0;
+			if ((r = cu.FuncGetAttribute(&fixed, F_SHARED_SIZE_BYTES, s->fn[i]))) {
+				snprintf(err, GLYD_ERRLEN, "cuFuncGetAttribute(%s): %s (%d)", p, errname(r), r);
+				pop();
+				return GLYD_DRV_CUDA;
+			}
+			r = cu.FuncSetAttribute(s->fn[i], F_MAX_DYNAMIC_SMEM, smem_max - fixed);
 			if (r) {
 				snprintf(err, GLYD_ERRLEN, "cuFuncSetAttribute(%s): %s (%d)", p, errname(r), r);
 				pop();

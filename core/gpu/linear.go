@@ -26,16 +26,24 @@ import (
 type linConfig struct {
 	MT, NT, WN, WK, U int
 	Kind              linKind
-	S, PW             int // warpgroup configurations: activation stages, producer warps
+	S, PW             int  // warpgroup configurations: activation stages, producer warps
+	SmemW             bool // prompt configurations: the U k-blocks of weights in shared memory
 }
 
 // promptConfig is the many-token configuration (glyd_lin_f12p_t{tb}s{s}u{u},
 // sm_90 only): tb tokens, 128 weight rows per block in two consumer
 // warpgroups (8 warps, WN = 8), s activation stages filled by the bulk copy
 // engine from x laid out as the stages (glyd_lin_xperm_t{tb}, into the
-// workspace), u k-blocks of weights in flight per lane.
-func promptConfig(tb, s, u int) linConfig {
-	return linConfig{MT: 1, NT: tb / 8, WN: 8, WK: 1, U: u, Kind: linPrompt, S: s}
+// workspace), a ring of u k-blocks of weights per lane in registers, or in
+// shared memory when smemW (glyd_lin_f12p_t{tb}s{s}w{u}).
+func promptConfig(tb, s, u int, smemW bool) linConfig {
+	return linConfig{MT: 1, NT: tb / 8, WN: 8, WK: 1, U: u, Kind: linPrompt, S: s, SmemW: smemW}
+}
+
+// regConfig is the mma.sync configuration of mt x nt tiles per warp, wn x wk
+// warps and u k-blocks in flight per lane.
+func regConfig(mt, nt, wn, wk, u int) linConfig {
+	return linConfig{MT: mt, NT: nt, WN: wn, WK: wk, U: u, Kind: linRegs}
 }
 
 // wgConfig is the warpgroup configuration of tb tokens, kg consumer
@@ -67,7 +75,11 @@ func (c linConfig) name() string {
 	case linWgmma:
 		return fmt.Sprintf("glyd_lin_f12w_t%dk%ds%du%dp%d", c.tokens(), c.WK, c.S, c.U, c.PW)
 	case linPrompt:
-		return fmt.Sprintf("glyd_lin_f12p_t%ds%du%d", c.tokens(), c.S, c.U)
+		ring := "u" // the weights' ring: registers (u), shared memory (w)
+		if c.SmemW {
+			ring = "w"
+		}
+		return fmt.Sprintf("glyd_lin_f12p_t%ds%d%s%d", c.tokens(), c.S, ring, c.U)
 	}
 	return fmt.Sprintf("glyd_lin_f12_m%dn%dw%dk%du%d", c.MT, c.NT, c.WN, c.WK, c.U)
 }
@@ -98,8 +110,14 @@ func (c linConfig) smemWith(vec bool) int {
 		// 64 k x tokens bf16, overlaid by the epilogue at the end
 		return ((c.rows()+1+31)&^31)*4 + max(c.S*c.tokens()*128, tile, tree)
 	case linPrompt:
-		// the stage barriers and counters in the first KiB
-		return 1024 + max(c.S*c.tokens()*128, tile)
+		// the stage barriers and counters in the first KiB, the stages and
+		// (SmemW) the weight ring's 48 bytes per thread and slot, overlaid by
+		// the epilogue's tile
+		ring := 0
+		if c.SmemW {
+			ring = c.U * c.threads() * 48
+		}
+		return 1024 + max(c.S*c.tokens()*128+ring, tile)
 	}
 	srows := ((c.rows() + 1 + 3) &^ 3) * 4
 	return srows + max(tree, tile)
@@ -120,22 +138,22 @@ func (c linConfig) smemWith(vec bool) int {
 //
 // Sweeps of the configurations tried and removed: docs/PERFORMANCE.md.
 var linConfigs = []linConfig{
-	{1, 1, 1, 8, 1, linRegs, 0, 0},  // 0
-	{1, 1, 1, 16, 1, linRegs, 0, 0}, // 1
-	{1, 2, 1, 8, 1, linRegs, 0, 0},  // 2
-	{2, 4, 1, 8, 1, linRegs, 0, 0},  // 3
-	{1, 8, 2, 4, 1, linRegs, 0, 0},  // 4
-	{1, 8, 4, 2, 1, linRegs, 0, 0},  // 5
-	wgConfig(16, 1, 4, 2, 2),        // 6
-	wgConfig(16, 1, 4, 4, 2),        // 7
-	wgConfig(16, 2, 4, 2, 2),        // 8
-	wgConfig(32, 1, 4, 2, 2),        // 9
-	wgConfig(32, 2, 4, 2, 2),        // 10
-	wgConfig(32, 1, 4, 4, 2),        // 11: registers capped for 3 blocks per SM
-	wgConfig(64, 1, 4, 4, 4),        // 12
-	promptConfig(128, 4, 2),         // 13
-	promptConfig(256, 4, 2),         // 14
-	promptConfig(64, 4, 2),          // 15
+	regConfig(1, 1, 1, 8, 1),       // 0
+	regConfig(1, 1, 1, 16, 1),      // 1
+	regConfig(1, 2, 1, 8, 1),       // 2
+	regConfig(2, 4, 1, 8, 1),       // 3
+	regConfig(1, 8, 2, 4, 1),       // 4
+	regConfig(1, 8, 4, 2, 1),       // 5
+	wgConfig(16, 1, 4, 2, 2),       // 6
+	wgConfig(16, 1, 4, 4, 2),       // 7
+	wgConfig(16, 2, 4, 2, 2),       // 8
+	wgConfig(32, 1, 4, 2, 2),       // 9
+	wgConfig(32, 2, 4, 2, 2),       // 10
+	wgConfig(32, 1, 4, 4, 2),       // 11: registers capped for 3 blocks per SM
+	wgConfig(64, 1, 4, 4, 4),       // 12
+	promptConfig(128, 4, 4, true),  // 13
+	promptConfig(256, 4, 2, false), // 14
+	promptConfig(64, 4, 2, false),  // 15
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -162,9 +180,11 @@ var linConfigs = []linConfig{
 //     64 tokens: qkv 0.322 -> 0.309 ms, gate_up 0.760 -> 0.712; o and down,
 //     64 tiles, stay faster on the wgmma tile); from 65
 //     tokens the prompt tiles, 128 tokens per block to 128 tokens (two
-//     64-token tiles cost 1.4-1.6x as much at 96-128 tokens, session 11),
-//     256 beyond (2 k-blocks in flight: 4 measured slower at 2 blocks per SM
-//     and no faster at 1).
+//     64-token tiles cost 1.4-1.6x as much at 96-128 tokens, session 11;
+//     its weights in a shared-memory ring of 4: table 1 at 128 tokens 6-9%
+//     faster than 2 in registers, session 16), 256 beyond (2 k-blocks in
+//     flight in registers: 4 measured slower at 2 blocks per SM and no
+//     faster at 1; the shared ring of 5-8 4-10% slower, session 16).
 //   - elsewhere, the session-3 sweep: m1n2w1k8u1 to 16 tokens, m2n4w1k8u1
 //     to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
 func pickConfig(rows, n int64, hopper bool) int {
@@ -195,7 +215,7 @@ func pickConfig(rows, n int64, hopper bool) int {
 	case hopper && rows <= 64:
 		return 12 // t64k1s4u4p4
 	case hopper && rows <= 128:
-		return 13 // t128s4u2
+		return 13 // t128s4w4
 	case hopper:
 		return 14 // t256s4u2
 	case rows <= 16:

@@ -201,10 +201,10 @@ func DecodeExperts(dev int, stream uintptr, t *DeviceTensor, table, dst uintptr)
 // order): the dense kernel's mma.sync tiles for 8, 16, 32 and 64 rows of x at
 // a time, then (sm_90) its wgmma tiles for 16, 32, 48, 64, 96 and 128.
 var groupedConfigs = []linConfig{
-	{1, 1, 1, 8, 1, linRegs, 0, 0},
-	{1, 2, 1, 8, 1, linRegs, 0, 0},
-	{2, 4, 1, 8, 1, linRegs, 0, 0},
-	{1, 8, 2, 4, 1, linRegs, 0, 0},
+	regConfig(1, 1, 1, 8, 1),
+	regConfig(1, 2, 1, 8, 1),
+	regConfig(2, 4, 1, 8, 1),
+	regConfig(1, 8, 2, 4, 1),
 	wgConfig(16, 1, 4, 4, 2), // groupedWgmma
 	wgConfig(32, 1, 4, 4, 2),
 	wgConfig(48, 1, 4, 4, 4),

@@ -10,13 +10,11 @@ from the profiler's Chrome trace): where a side stream's kernels overlap the blo
 (no launch gaps from the host: how the kernels overlap as the benchmarks time them)."""
 
 import copy
-import json
-import os
 import sys
-import tempfile
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from timeline import graph_replay_profile, print_timeline
 
 from glyd.gpu import bench_moe
 from glyd.transformers import gpu_experts
@@ -55,47 +53,9 @@ def kernels(label, block):
     return prof
 
 
-def graph_replay_profile(block):
-    """The profiler around one replay of the block's CUDA graph (after warm replays)."""
-    with torch.no_grad():
-        for _ in range(3):
-            bench_moe.run(block, x)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            bench_moe.run(block, x)
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            graph.replay()
-            torch.cuda.synchronize()
-    return prof
-
-
-def print_timeline(prof, what="Glyd timeline"):
-    """The forward's GPU kernels and copies in start order: stream, start, end, duration."""
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "trace.json")
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
-                 key=lambda e: e["ts"])
-    if not gpu:
-        print("\n(no GPU events in the trace)")
-        return
-    t0 = gpu[0]["ts"]
-    print(f"\n## {what} (µs from the first kernel)\n\n| stream | start | end | µs | kernel |\n|---:|---:|---:|---:|---|")
-    for e in gpu:
-        start, dur = e["ts"] - t0, e.get("dur", 0)
-        print(f"| {e.get('args', {}).get('stream', '?')} | {start:.1f} | {start + dur:.1f} | {dur:.1f} | {e['name'][:70]} |")
-
-
 kernels(f"bf16 {impl}, {name}, {tokens} tokens", ref)
 glyd_prof = kernels(f"Glyd, {name}, {tokens} tokens", glyd_block)
 if mode == "timeline":
     print_timeline(glyd_prof)
 elif mode == "graph":
-    print_timeline(graph_replay_profile(glyd_block), "Glyd timeline, one CUDA-graph replay")
+    print_timeline(graph_replay_profile(lambda: bench_moe.run(glyd_block, x)), "Glyd timeline, one CUDA-graph replay")
