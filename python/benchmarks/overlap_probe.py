@@ -1,0 +1,71 @@
+"""Can the prompt path's decode run under cuBLAS's GEMM? `python
+python/benchmarks/overlap_probe.py [TOKENS ...]` times, for LAYERS (4) Qwen3-8B
+gate_up weights (24576 x 4096, fixed12) at each token count, CUDA graphs of:
+the GEMMs alone (bf16 weights), the decodes alone, both one after the other,
+both on two streams (decode of weight i + 1 beside the GEMM of weight i: what
+a pipelined prompt path would get), and the prompt path as it is (decode tiles
++ cuBLAS). Prints ms per weight."""
+
+import sys
+
+import torch
+
+import glyd
+from glyd import _gpu
+from glyd.gpu.bench import _time_graph
+
+LAYERS = 4
+tokens = [int(a) for a in sys.argv[1:]] or [512, 2048]
+dev = torch.device("cuda", 0)
+n, k = 24576, 4096
+ws = [(torch.randn(n, k) * 0.02).to(torch.bfloat16) for _ in range(LAYERS)]
+dts = [_gpu.DeviceTensor(glyd.pack(w), dev) for w in ws]
+wb = [w.to(dev) for w in ws]
+bufs = [torch.empty(n, k, dtype=torch.bfloat16, device=dev) for _ in range(2)]
+side = torch.cuda.Stream(dev)
+
+
+def decode(i, buf):
+    dts[i].decode_rows(0, n, out=buf)
+
+
+for t in tokens:
+    x = torch.randn(t, k, device=dev).to(torch.bfloat16)
+    y = torch.empty(t, n, dtype=torch.bfloat16, device=dev)
+
+    def gemms():
+        for i in range(LAYERS):
+            torch.mm(x, wb[i].t(), out=y)
+
+    def decodes():
+        for i in range(LAYERS):
+            decode(i, bufs[i % 2])
+
+    def serial():
+        for i in range(LAYERS):
+            decode(i, bufs[0])
+            torch.mm(x, bufs[0].t(), out=y)
+
+    def overlapped():
+        # decode i + 1 on the side stream while the GEMM of i runs on the main one
+        main = torch.cuda.current_stream(dev)
+        decode(0, bufs[0])
+        for i in range(LAYERS):
+            ready = torch.cuda.Event()
+            if i + 1 < LAYERS:
+                side.wait_stream(main)  # (inside a capture: fork; the GEMM of i - 1 is done with the buffer)
+                with torch.cuda.stream(side):
+                    decode(i + 1, bufs[(i + 1) % 2])
+                    ready.record(side)
+            torch.mm(x, bufs[i % 2].t(), out=y)
+            if i + 1 < LAYERS:
+                main.wait_event(ready)
+
+    def prompt_path():
+        for i in range(LAYERS):
+            dts[i].linear_tiles(x, None, y)
+
+    r = {name: _time_graph(fn, 10) / LAYERS for name, fn in
+         [("gemm", gemms), ("decode", decodes), ("serial", serial), ("overlapped", overlapped),
+          ("prompt path", prompt_path)]}
+    print(f"{t} tokens, ms per weight: " + ", ".join(f"{a} {b:.3f}" for a, b in r.items()))
