@@ -996,43 +996,43 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 	int slot = 0; // the shared ring's slot of block j
 	for (int32_t j0 = 0; j0 < nkb; j0 += STEP) {
 #pragma unroll
-	for (int u = 0; u < STEP; u++) {
-		const int32_t j = j0 + u;
-		if (j >= nkb) break;
-		const int r = SMEM_W ? slot : u; // j % U
-		const int stage = j % S;
-		uint4 s2[2];
-		uint2 c2[2];
-		wts.take(r, s2, c2);
-		uint32_t A[2][8];
-		decode16<SAFE>(s2[0], c2[0], B4, A[0]);
-		decode16<SAFE>(s2[1], c2[1], B4, A[1]);
-		// (Patched after the next loads and the FULL wait instead: 12-17%
-		// slower, session 11.)
-		const uint32_t lo = (uint32_t)(kb_lo + j) * 64 + 16 * (lane & 3);
+		for (int u = 0; u < STEP; u++) {
+			const int32_t j = j0 + u;
+			if (j >= nkb) break;
+			const int r = SMEM_W ? slot : u; // j % U
+			const int stage = j % S;
+			uint4 s2[2];
+			uint2 c2[2];
+			wts.take(r, s2, c2);
+			uint32_t A[2][8];
+			decode16<SAFE>(s2[0], c2[0], B4, A[0]);
+			decode16<SAFE>(s2[1], c2[1], B4, A[1]);
+			// (Patched after the next loads and the FULL wait instead: 12-17%
+			// slower, session 11.)
+			const uint32_t lo = (uint32_t)(kb_lo + j) * 64 + 16 * (lane & 3);
 #pragma unroll
-		for (int h = 0; h < 2; h++)
-			if (re[h].cur.x < lo + 16) re[h].patch(rec, A[h], lo);
-		wts.advance(r, j);
-		if (SMEM_W) slot = slot == U - 1 ? 0 : slot + 1;
-		mbar_wait(full_s + 8 * stage, (uint32_t)(j / S) & 1u); // FULL: block j is staged
-		// Turns: warpgroup 0 issues block j's wgmma's after warpgroup 1
-		// issued block j - 1's (named barrier 1), warpgroup 1 after
-		// warpgroup 0 issued block j's (barrier 2), so the tensor cores
-		// run one group's wgmma's while the other decodes.
-		if (c == 0 && j > 0) bar_sync(1, 256);
-		if (c == 1) bar_sync(2, 256);
-		wgmma_kblock<TB>(acc[0], A, ring_s + stage * STAGE);
-		if (c == 0) bar_arrive(2, 256);
-		if (c == 1 && j + 1 < nkb) bar_arrive(1, 256);
-		wgmma_wait<0>();
-		// The last warp done with the stage refills it (the counter is
-		// reset before the copy can complete, so before its next use).
-		if (lane == 0 && j + S < nkb && atomicAdd(&done[stage], 1u) == WARPS - 1) {
-			done[stage] = 0;
-			stage_in(j + S);
+			for (int h = 0; h < 2; h++)
+				if (re[h].cur.x < lo + 16) re[h].patch(rec, A[h], lo);
+			wts.advance(r, j);
+			if (SMEM_W) slot = slot == U - 1 ? 0 : slot + 1;
+			mbar_wait(full_s + 8 * stage, (uint32_t)(j / S) & 1u); // FULL: block j is staged
+			// Turns: warpgroup 0 issues block j's wgmma's after warpgroup 1
+			// issued block j - 1's (named barrier 1), warpgroup 1 after
+			// warpgroup 0 issued block j's (barrier 2), so the tensor cores
+			// run one group's wgmma's while the other decodes.
+			if (c == 0 && j > 0) bar_sync(1, 256);
+			if (c == 1) bar_sync(2, 256);
+			wgmma_kblock<TB>(acc[0], A, ring_s + stage * STAGE);
+			if (c == 0) bar_arrive(2, 256);
+			if (c == 1 && j + 1 < nkb) bar_arrive(1, 256);
+			wgmma_wait<0>();
+			// The last warp done with the stage refills it (the counter is
+			// reset before the copy can complete, so before its next use).
+			if (lane == 0 && j + S < nkb && atomicAdd(&done[stage], 1u) == WARPS - 1) {
+				done[stage] = 0;
+				stage_in(j + S);
+			}
 		}
-	}
 	}
 #pragma unroll
 	for (int j = 0; j < NT; j++)
