@@ -7,7 +7,6 @@ and the gaps (span minus the kernels' union), then Glyd's last layer kernel by k
 
 import sys
 
-import torch
 from timeline import gpu_events, graph_replay_profile
 
 from glyd.gpu import bench
