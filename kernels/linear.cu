@@ -35,7 +35,11 @@
  *   Split-K over blocks (p.splits > 1, gridDim.z = splits): each block sums
  *   its share of the k-blocks and writes fp32 partials to p.ws [splits][R][N];
  *   glyd_lin_reduce (same stream, next launch) adds them in split order and
- *   finishes. Used when N/ROWS blocks alone would leave SMs idle.
+ *   finishes. Used when N/ROWS blocks alone would leave SMs idle. The sm_90
+ *   prompt tiles of 64 and 256 tokens, where the clusters fit on the GPU at
+ *   once, are launched in clusters of their splits with p.ws = 0 instead and
+ *   add the partials in each other's shared memory, in the same order
+ *   (block_epilogue's CLUSTER): no workspace traffic, no second launch.
  *   Epilogue per output: escape corrections of its weight row (the fast decode
  *   gives code 15 the exponent base+15, or 0 in _safe; the epilogue adds
  *   x*(w_true - w_decoded) in list order), bias, round to bf16, store.
@@ -171,12 +175,42 @@ struct WBatch {
 // blocks at 512 tokens 8-12%, session 13). core/gpu/linear.go (smem) knows.
 template <int TB, bool DENSE> struct vec_epilogue { static constexpr bool value = DENSE && TB >= 64; };
 
+// The sum, in split order, of the partial sums at shared address addr in
+// the blocks of a cluster of S (block z holds split z; S <= 8): the sum
+// glyd_lin_reduce makes of the same partials, bit for bit.
+__device__ __forceinline__ float4 cluster_sum16(uint32_t addr, uint32_t S) {
+	float4 a[8];
+#pragma unroll
+	for (uint32_t z = 0; z < 8; z++)
+		if (z < S) a[z] = ld_cluster16(cluster_map(addr, z));
+	float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+	for (uint32_t z = 0; z < 8; z++)
+		if (z < S) {
+			v.x += a[z].x;
+			v.y += a[z].y;
+			v.z += a[z].z;
+			v.w += a[z].w;
+		}
+	return v;
+}
+// Whether a dense launch's split-K blocks are in clusters (their partial
+// sums meet in shared memory, block_epilogue's CLUSTER; core/gpu/linear.go,
+// inClusters) rather than in the workspace p.ws.
+__device__ __forceinline__ bool cluster_launch(const glyd_kparams &p) { return p.splits > 1 && !p.ws; }
+
 // Block epilogue shared by the kernels: reduce the WK warps' accumulators
 // (tree, fixed order), then write the tile and either finish the
 // outputs (escapes, bias, bf16) or store the split-K partials of split
 // split_z. srows holds the escape ranges of the block's rows. Ends with the
 // block in sync.
-template <int MT, int NT, int WN, int WK, bool SAFE, bool VEC>
+// CLUSTER (the sm_90 prompt tiles launched in clusters of their p.splits > 1
+// blocks along z, p.ws = 0: cluster_launch): the splits add their tiles in
+// shared memory instead — block z finishes the z-th slice of the tile's
+// outputs from the sum of every block's tile. A separate instantiation: the
+// run-time choice inside one epilogue made the 128-token tile 3-5% slower
+// without clusters (session 17).
+template <int MT, int NT, int WN, int WK, bool SAFE, bool VEC, bool CLUSTER = false>
 __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red, const uint32_t *srows,
                                                float (&acc)[MT][NT][4], int64_t n0, int64_t m0,
                                                uint32_t split_z) {
@@ -185,7 +219,9 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 	const int wn = warp % WN, wk = warp / WN;
 	const int g = lane >> 2, t = lane & 3;
 	const int64_t N = p.N, R = p.rows;
-	const bool split = p.splits > 1;
+	const uint32_t S = p.splits;
+	const bool split = S > 1 && !CLUSTER; // partial sums to p.ws for glyd_lin_reduce
+	static_assert(VEC || !CLUSTER, "clusters finish 4 outputs per step");
 	// Split-K reduction across the WK warps of a row slice: a tree in a fixed
 	// order (deterministic), through shared memory in fragment order.
 	if (WK > 1) {
@@ -233,7 +269,11 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 					tile[tok * LD + row] = acc[mt][nt][i];
 				}
 	}
-	__syncthreads();
+	if (CLUSTER)
+		cluster_sync(); // every split's tile is written
+	else
+		__syncthreads();
+	const uint32_t tile_s = (uint32_t)__cvta_generic_to_shared(tile);
 	if (VEC) {
 		const uint16_t *x = (const uint16_t *)p.x;
 		const uint2 *rec = (const uint2 *)p.escrecs;
@@ -241,11 +281,16 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 		const uint16_t *bias = (const uint16_t *)p.bias;
 		float *ws = (float *)p.ws + (size_t)split_z * (size_t)R * (size_t)N;
 		const bool vec = N % 4 == 0 && (split ? p.ws % 16 == 0 : p.y % 8 == 0 && p.bias % 8 == 0);
-		for (int item = threadIdx.x; item < TB * (ROWS / 4); item += blockDim.x) {
+		// CLUSTER: this block's slice of the items, the split_z-th of S
+		constexpr int ITEMS = TB * (ROWS / 4);
+		const int it0 = CLUSTER ? (int)(split_z * ITEMS / S) : 0;
+		const int it1 = CLUSTER ? (int)((split_z + 1) * ITEMS / S) : ITEMS;
+		for (int item = it0 + threadIdx.x; item < it1; item += blockDim.x) {
 			const int r4 = (item % (ROWS / 4)) * 4, tok = item / (ROWS / 4);
 			const int64_t n = n0 + r4, m = m0 + tok;
 			if (n >= N || m >= R) continue;
-			const float4 a = *(const float4 *)&tile[tok * LD + r4];
+			const float4 a = CLUSTER ? cluster_sum16(tile_s + 4 * (tok * LD + r4), S)
+			                      : *(const float4 *)&tile[tok * LD + r4];
 			float v[4] = {a.x, a.y, a.z, a.w};
 			const bool full = vec && n + 4 <= N;
 			if (split) { // partial sums of this split; glyd_lin_reduce finishes them
@@ -333,7 +378,10 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 			}
 		}
 	}
-	__syncthreads(); // red/srows are reused by the next tile
+	if (CLUSTER)
+		cluster_sync(); // no block leaves while the others read its tile
+	else
+		__syncthreads(); // red/srows are reused by the next tile
 }
 
 // One tile of the output: weight rows [ntile*ROWS, +ROWS), tokens
@@ -943,7 +991,7 @@ GLYD_LINW(64, 1, 4, 4, 4, (256))
 // Shared memory: FULL[S] at byte 640, the counters at 768, the stages from
 // byte 1024, then (SMEM_W) the U weight slots (12 KiB each: 48 bytes per
 // thread), all overlaid by the epilogue's [TB][132] tile.
-template <int TB, int S, int U, bool SMEM_W, bool SAFE>
+template <int TB, int S, int U, bool SMEM_W, bool CLUSTERS, bool SAFE>
 __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
                                             uint32_t split_z) {
 #ifdef GLYD_WGMMA
@@ -954,7 +1002,7 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 	const int64_t n0 = ntile * ROWS, m0 = mtile * TB;
 	const int32_t KB = (int32_t)((K + 63) >> 6);
 	const int32_t kb_lo = (int32_t)((int64_t)KB * split_z / p.splits);
-	const int32_t nkb = (int32_t)((int64_t)KB * (split_z + 1) / p.splits) - kb_lo, K32 = (int32_t)K;
+	const int32_t nkb = (int32_t)((int64_t)KB * (split_z + 1) / p.splits) - kb_lo;
 	uint32_t *done = (uint32_t *)((char *)smem + 768);
 	const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(smem) + 640;
 	char *ring = (char *)smem + 1024;
@@ -1042,34 +1090,46 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 	__syncthreads(); // the epilogue's tile overlays the stages
 	glyd_kparams q = p;
 	q.escrows = 0; // the escapes are in the products already
-	block_epilogue<1, NT, 8, 1, SAFE, true>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
+	if (CLUSTERS && cluster_launch(p))
+		block_epilogue<1, NT, 8, 1, SAFE, true, true>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
+	else
+		block_epilogue<1, NT, 8, 1, SAFE, true>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
 #else
 	__trap(); // the host picks these kernels on sm_90 only
 #endif
 }
 
-template <int TB, int S, int U, bool SMEM_W, bool MANY, bool SAFE>
+template <int TB, int S, int U, bool SMEM_W, bool CLUSTERS, bool MANY, bool SAFE>
 __device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *smem) {
 	if (MANY) {
 		int64_t tile = blockIdx.y;
-		const glyd_kparams q = segment_tile<128>(p, &tile);
-		prompt_tile<TB, S, U, SMEM_W, SAFE>(q, smem, blockIdx.x, tile, blockIdx.z);
+		glyd_kparams q = segment_tile<128>(p, &tile);
+		if (CLUSTERS && cluster_launch(p)) q.ws = 0; // (segment_tile offsets it)
+		prompt_tile<TB, S, U, SMEM_W, CLUSTERS, SAFE>(q, smem, blockIdx.x, tile, blockIdx.z);
 	} else {
-		prompt_tile<TB, S, U, SMEM_W, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+		prompt_tile<TB, S, U, SMEM_W, CLUSTERS, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
 	}
 }
 // BOUNDS as for GLYD_LINW: t64 and t128 capped for two blocks per SM.
 // GLYD_LINP: weights in registers (u: U k-blocks per lane); GLYD_LINPW: in
-// shared memory (w: U slots).
-#define GLYD_LINP_(NAME, TB, S, U, SMEM_W, BOUNDS)                                                       \
-	GLYD_KERNEL_PAIR(NAME, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, false)                          \
-	GLYD_KERNEL_PAIR(NAME##_many, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, true)
-#define GLYD_LINP(TB, S, U, BOUNDS) GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##u##U, TB, S, U, false, BOUNDS)
-#define GLYD_LINPW(TB, S, U, BOUNDS) GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##w##U, TB, S, U, true, BOUNDS)
+// shared memory (w: U slots). CLUSTERS: the kernel can add its splits in a
+// cluster (core/gpu/linear.go's linConfig.Clusters must agree). Not the
+// 128-token tile (nor the wgmma tiles of 9-64 tokens): with that epilogue
+// compiled in it ran 1-3% slower without clusters (session 17), and on the
+// H200 the clusters of the Qwen3-8B and 32B shapes there never fit (48
+// tiles of qkv in 5 splits where 47 clusters of 5 fit; 64 tiles of o in 4
+// where 62 of 4 fit).
+#define GLYD_LINP_(NAME, TB, S, U, SMEM_W, CLUSTERS, BOUNDS)                                             \
+	GLYD_KERNEL_PAIR(NAME, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, CLUSTERS, false)                \
+	GLYD_KERNEL_PAIR(NAME##_many, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, CLUSTERS, true)
+#define GLYD_LINP(TB, S, U, CLUSTERS, BOUNDS)                                                             \
+	GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##u##U, TB, S, U, false, CLUSTERS, BOUNDS)
+#define GLYD_LINPW(TB, S, U, CLUSTERS, BOUNDS)                                                            \
+	GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##w##U, TB, S, U, true, CLUSTERS, BOUNDS)
 
-GLYD_LINP(64, 4, 2, (256, 2))
-GLYD_LINPW(128, 4, 4, (256, 2))
-GLYD_LINP(256, 4, 2, (256, 1))
+GLYD_LINP(64, 4, 2, true, (256, 2))
+GLYD_LINPW(128, 4, 4, false, (256, 2))
+GLYD_LINP(256, 4, 2, true, (256, 1))
 
 // x [rows, K] as the prompt tiles' stage images (prompt_tile) at p.dst: one
 // thread per item (mtile, kb, tok, ch), 32 consecutive threads writing 8

@@ -79,6 +79,36 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void *src, uint32_
 #endif
 }
 
+// Thread block clusters (a launch in clusters, glyd_drv_launch's cluster_z):
+// the split-K blocks of one output tile add their partial sums in each
+// other's shared memory instead of through a workspace and a second launch
+// (linear.cu, block_epilogue's CLUSTER).
+// cluster_sync: every thread of the cluster arrives; shared-memory writes
+// before it are visible to the cluster's reads after it. Called by every
+// thread of the block at the same point.
+__device__ __forceinline__ void cluster_sync() {
+#ifdef GLYD_WGMMA
+	asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// The shared-memory address addr of this block as seen in block rank of the
+// cluster.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, uint32_t rank) {
+	uint32_t d = addr;
+#ifdef GLYD_WGMMA
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"(addr), "r"(rank));
+#endif
+	return d;
+}
+__device__ __forceinline__ float4 ld_cluster16(uint32_t addr) {
+	float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#ifdef GLYD_WGMMA
+	asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr)
+	             : "memory");
+#endif
+	return v;
+}
+
 template <int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc);

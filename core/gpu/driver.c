@@ -57,6 +57,7 @@ static struct {
 	glyd_CUresult (*MemcpyHtoDAsync)(unsigned long long, const void *, size_t, glyd_CUstream);
 	glyd_CUresult (*StreamSynchronize)(glyd_CUstream);
 	glyd_CUresult (*LaunchKernelEx)(const void *, glyd_CUfunction, void **, void **);
+	glyd_CUresult (*OccupancyMaxActiveClusters)(int *, glyd_CUfunction, const void *);
 } cu;
 
 /* cuLaunchKernelEx's config and one attribute (CUlaunchConfig,
@@ -66,6 +67,9 @@ typedef struct {
 	char pad[4];
 	union {
 		int allowed; /* programmaticStreamSerializationAllowed */
+		struct {
+			unsigned x, y, z;
+		} cluster; /* clusterDim */
 		char bytes[64];
 	} value;
 } glyd_CUlaunchAttribute;
@@ -75,7 +79,7 @@ typedef struct {
 	glyd_CUlaunchAttribute *attrs;
 	unsigned nattrs;
 } glyd_CUlaunchConfig;
-enum { LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+enum { LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4, LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int init_done, init_rc, drv_version;
@@ -163,6 +167,7 @@ static int do_init(void) {
 	    {"cuMemcpyHtoDAsync", (void **)&cu.MemcpyHtoDAsync},
 	    {"cuStreamSynchronize", (void **)&cu.StreamSynchronize},
 	    {"cuLaunchKernelEx", (void **)&cu.LaunchKernelEx},
+	    {"cuOccupancyMaxActiveClusters", (void **)&cu.OccupancyMaxActiveClusters},
 	};
 	for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
 		void *fp = NULL;
@@ -319,29 +324,42 @@ int glyd_drv_device_load(int dev, const void *image, const char *names, int nk, 
 }
 
 int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                    uintptr_t stream, const glyd_kparams *p, int programmatic, char *err) {
+                    uintptr_t stream, const glyd_kparams *p, int programmatic, unsigned cluster_z, char *err) {
 	/* Hot path: the caller (Go) has loaded the device already. */
 	devstate *s = &devs[dev];
 	if (k < 0 || k >= s->nfn) {
 		snprintf(err, GLYD_ERRLEN, "kernel %d not loaded", k);
 		return GLYD_DRV_ARG;
 	}
+	if (cluster_z > 1 && !cu.LaunchKernelEx) {
+		snprintf(err, GLYD_ERRLEN, "a launch in clusters needs cuLaunchKernelEx (a CUDA 12 driver or newer)");
+		return GLYD_DRV_UNSUPPORTED;
+	}
 	int rc = push(s, err);
 	if (rc) return rc;
 	void *args[1] = {(void *)p};
 	glyd_CUresult r;
-	if (programmatic && cu.LaunchKernelEx) {
-		glyd_CUlaunchAttribute a;
-		memset(&a, 0, sizeof a);
-		a.id = LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-		a.value.allowed = 1;
-		glyd_CUlaunchConfig cfg = {gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, &a, 1};
+	const int ex = (programmatic || cluster_z > 1) && cu.LaunchKernelEx;
+	if (ex) {
+		glyd_CUlaunchAttribute a[2];
+		unsigned na = 0;
+		memset(a, 0, sizeof a);
+		if (programmatic) {
+			a[na].id = LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+			a[na++].value.allowed = 1;
+		}
+		if (cluster_z > 1) {
+			a[na].id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+			a[na].value.cluster.x = a[na].value.cluster.y = 1;
+			a[na++].value.cluster.z = cluster_z;
+		}
+		glyd_CUlaunchConfig cfg = {gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, a, na};
 		r = cu.LaunchKernelEx(&cfg, s->fn[k], args, NULL);
 	} else {
 		r = cu.LaunchKernel(s->fn[k], gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, args, NULL);
 	}
 	pop();
-	if (r) return cuerr(err, programmatic && cu.LaunchKernelEx ? "cuLaunchKernelEx" : "cuLaunchKernel", r);
+	if (r) return cuerr(err, ex ? "cuLaunchKernelEx" : "cuLaunchKernel", r);
 	return GLYD_DRV_OK;
 }
 
@@ -356,6 +374,29 @@ int glyd_drv_occupancy(int dev, int k, int block, int smem, int *blocks, char *e
 	glyd_CUresult r = cu.OccupancyMaxActiveBlocksPerMultiprocessor(blocks, s->fn[k], block, (size_t)smem);
 	pop();
 	if (r) return cuerr(err, "cuOccupancyMaxActiveBlocksPerMultiprocessor", r);
+	return GLYD_DRV_OK;
+}
+
+int glyd_drv_max_clusters(int dev, int k, int block, int smem, int cz, int *clusters, char *err) {
+	devstate *s = &devs[dev];
+	*clusters = 0;
+	if (k < 0 || k >= s->nfn) {
+		snprintf(err, GLYD_ERRLEN, "kernel %d not loaded", k);
+		return GLYD_DRV_ARG;
+	}
+	if (!cu.OccupancyMaxActiveClusters) return GLYD_DRV_OK;
+	int rc = push(s, err);
+	if (rc) return rc;
+	glyd_CUlaunchAttribute a;
+	memset(&a, 0, sizeof a);
+	a.id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+	a.value.cluster.x = a.value.cluster.y = 1;
+	a.value.cluster.z = (unsigned)cz;
+	/* The grid only has to be a whole number of clusters. */
+	glyd_CUlaunchConfig cfg = {1, 1, (unsigned)cz, (unsigned)block, 1, 1, (unsigned)smem, NULL, &a, 1};
+	glyd_CUresult r = cu.OccupancyMaxActiveClusters(clusters, s->fn[k], &cfg);
+	pop();
+	if (r) return cuerr(err, "cuOccupancyMaxActiveClusters", r);
 	return GLYD_DRV_OK;
 }
 

@@ -61,9 +61,10 @@ int glyd_drv_device_load(int dev, const void *image, const char *names, int nker
  * programmatic != 0: a programmatic dependent launch (sm_90+; the kernel
  * must wait with griddepcontrol.wait before it touches what earlier work on
  * the stream writes or reads), or a plain launch where the driver lacks
- * cuLaunchKernelEx. */
+ * cuLaunchKernelEx. cluster_z > 1: blocks in clusters of (1, 1, cluster_z)
+ * (sm_90+; gz a multiple of cluster_z), which needs cuLaunchKernelEx. */
 int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
-                    uintptr_t stream, const glyd_kparams *p, int programmatic, char *err);
+                    uintptr_t stream, const glyd_kparams *p, int programmatic, unsigned cluster_z, char *err);
 
 /* Copies bytes between host and device memory on stream and waits for the
  * stream (cuMemcpy*Async + cuStreamSynchronize): everything queued on the
@@ -74,6 +75,10 @@ int glyd_drv_copy_htod(int dev, uint64_t dst, const void *src, size_t bytes, uin
 
 /* Blocks of kernel k that fit on one multiprocessor at once. */
 int glyd_drv_occupancy(int dev, int k, int block, int smem, int *blocks, char *err);
+
+/* Clusters of (1, 1, cz) blocks of kernel k that fit on the device at once
+ * (cuOccupancyMaxActiveClusters; 0 where the driver lacks it). */
+int glyd_drv_max_clusters(int dev, int k, int block, int smem, int cz, int *clusters, char *err);
 
 /* Registers and local memory of kernel k (for the report). */
 int glyd_drv_kernel_attrs(int dev, int k, int *regs, int *local_bytes, int *max_threads, char *err);

@@ -55,7 +55,9 @@ typedef struct glyd_kparams {
 	glyd_u64 bias; /* bf16 [N] or 0 */
 	glyd_u64 y;    /* bf16 [rows, N] output, row-major, contiguous */
 	glyd_u64 dst;  /* bf16 [n] decode output */
-	glyd_u64 ws;   /* fp32 [splits][rows][N] split-K partial sums (splits > 1) */
+	glyd_u64 ws;   /* fp32 [splits][rows][N] split-K partial sums (splits > 1; 0: the
+	                * sm_90 tiles launched in clusters of splits, which add them in
+	                * shared memory) */
 	/* Sizes. */
 	glyd_u64 n;       /* elements in the group */
 	glyd_u64 escapes; /* escape entries in the group */

@@ -209,6 +209,10 @@ type device struct {
 	err  error
 	info Info
 	occ  [][2]int // resident blocks per SM of each linear configuration: single, _many
+	// clusters[i][many][s]: clusters of s blocks of configuration i that fit
+	// on the GPU at once (configurations with Clusters on sm_90, s = 2..8;
+	// else 0).
+	clusters [][2][9]int
 }
 
 var devices [C.GLYD_MAX_DEVICES]device
@@ -253,6 +257,22 @@ func load(dev int) (*device, error) {
 					return
 				}
 				d.occ[i][many] = int(nb)
+			}
+		}
+		d.clusters = make([][2][9]int, len(linConfigs))
+		for i, c := range linConfigs {
+			if !c.Clusters || !d.hopper() {
+				continue
+			}
+			for many := range 2 {
+				for s := 2; s <= 8; s++ {
+					var nc C.int
+					if err := drvErr(C.glyd_drv_max_clusters(C.int(dev), C.int(linKernel(i, many == 1, false)), C.int(c.threads()), C.int(c.smem()), C.int(s), &nc, &e[0]), &e); err != nil {
+						d.err = err
+						return
+					}
+					d.clusters[i][many][s] = int(nc)
+				}
 			}
 		}
 	})
@@ -304,12 +324,19 @@ func launch(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p
 // waits for it (griddepcontrol.wait) before it reads the activations or
 // writes anything (kernels/common.cuh, griddep_wait).
 func launchAs(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams, programmatic bool) error {
+	return launchClusters(dev, k, gx, gy, gz, block, smem, stream, p, programmatic, 1)
+}
+
+// launchClusters is launchAs with the blocks in clusters of (1, 1, cz)
+// (sm_90; gz a multiple of cz): the blocks of a cluster run at once and read
+// each other's shared memory.
+func launchClusters(dev, k int, gx, gy, gz uint32, block, smem uint32, stream uintptr, p *C.glyd_kparams, programmatic bool, cz uint32) error {
 	var e [C.GLYD_ERRLEN]C.char
 	pr := C.int(0)
 	if programmatic {
 		pr = 1
 	}
-	rc := C.glyd_drv_launch(C.int(dev), C.int(k), C.uint(gx), C.uint(gy), C.uint(gz), C.uint(block), C.uint(smem), C.uintptr_t(stream), p, pr, &e[0])
+	rc := C.glyd_drv_launch(C.int(dev), C.int(k), C.uint(gx), C.uint(gy), C.uint(gz), C.uint(block), C.uint(smem), C.uintptr_t(stream), p, pr, C.uint(cz), &e[0])
 	return drvErr(rc, &e)
 }
 

@@ -209,3 +209,28 @@ func TestLinearManyArgs(t *testing.T) {
 		}
 	}
 }
+
+// The split-K blocks of an sm_90 tile run as clusters only where all of the
+// launch's clusters fit on the GPU at once.
+func TestInClusters(t *testing.T) {
+	d := &device{clusters: make([][2][9]int, len(linConfigs))}
+	d.clusters[14][0][8] = 30 // glyd_lin_f12p_t256s4u2: 30 clusters of 8
+	d.clusters[13][0][8] = 30 // glyd_lin_f12p_t128s4w4 has no cluster epilogue
+	for _, c := range []struct {
+		ci      int
+		many    bool
+		s, ctas int64
+		want    bool
+	}{
+		{14, false, 8, 30, true},
+		{14, false, 8, 31, false}, // a second wave of clusters: the workspace and the reduce
+		{14, true, 8, 30, false},  // the _many kernel's own count (0 here)
+		{14, false, 1, 1, false},  // no split
+		{13, false, 8, 30, false},
+		{0, false, 2, 1, false}, // mma.sync configurations: no clusters
+	} {
+		if got := d.inClusters(c.ci, c.many, c.s, c.ctas); got != c.want {
+			t.Errorf("inClusters(%d, %v, %d, %d) = %v", c.ci, c.many, c.s, c.ctas, got)
+		}
+	}
+}

@@ -28,6 +28,10 @@ type linConfig struct {
 	Kind              linKind
 	S, PW             int  // warpgroup configurations: activation stages, producer warps
 	SmemW             bool // prompt configurations: the U k-blocks of weights in shared memory
+	// Clusters: the kernel can run the splits of a tile as a cluster
+	// (inClusters; the prompt tiles of 64 and 256 tokens; kernels/linear.cu's
+	// CLUSTERS).
+	Clusters bool
 }
 
 // promptConfig is the many-token configuration (glyd_lin_f12p_t{tb}s{s}u{u},
@@ -35,9 +39,10 @@ type linConfig struct {
 // warpgroups (8 warps, WN = 8), s activation stages filled by the bulk copy
 // engine from x laid out as the stages (glyd_lin_xperm_t{tb}, into the
 // workspace), a ring of u k-blocks of weights per lane in registers, or in
-// shared memory when smemW (glyd_lin_f12p_t{tb}s{s}w{u}).
-func promptConfig(tb, s, u int, smemW bool) linConfig {
-	return linConfig{MT: 1, NT: tb / 8, WN: 8, WK: 1, U: u, Kind: linPrompt, S: s, SmemW: smemW}
+// shared memory when smemW (glyd_lin_f12p_t{tb}s{s}w{u}); clusters: the
+// kernel can add its splits in a cluster (linConfig.Clusters).
+func promptConfig(tb, s, u int, smemW, clusters bool) linConfig {
+	return linConfig{MT: 1, NT: tb / 8, WN: 8, WK: 1, U: u, Kind: linPrompt, S: s, SmemW: smemW, Clusters: clusters}
 }
 
 // regConfig is the mma.sync configuration of mt x nt tiles per warp, wn x wk
@@ -138,22 +143,22 @@ func (c linConfig) smemWith(vec bool) int {
 //
 // Sweeps of the configurations tried and removed: docs/PERFORMANCE.md.
 var linConfigs = []linConfig{
-	regConfig(1, 1, 1, 8, 1),       // 0
-	regConfig(1, 1, 1, 16, 1),      // 1
-	regConfig(1, 2, 1, 8, 1),       // 2
-	regConfig(2, 4, 1, 8, 1),       // 3
-	regConfig(1, 8, 2, 4, 1),       // 4
-	regConfig(1, 8, 4, 2, 1),       // 5
-	wgConfig(16, 1, 4, 2, 2),       // 6
-	wgConfig(16, 1, 4, 4, 2),       // 7
-	wgConfig(16, 2, 4, 2, 2),       // 8
-	wgConfig(32, 1, 4, 2, 2),       // 9
-	wgConfig(32, 2, 4, 2, 2),       // 10
-	wgConfig(32, 1, 4, 4, 2),       // 11: registers capped for 3 blocks per SM
-	wgConfig(64, 1, 4, 4, 4),       // 12
-	promptConfig(128, 4, 4, true),  // 13
-	promptConfig(256, 4, 2, false), // 14
-	promptConfig(64, 4, 2, false),  // 15
+	regConfig(1, 1, 1, 8, 1),             // 0
+	regConfig(1, 1, 1, 16, 1),            // 1
+	regConfig(1, 2, 1, 8, 1),             // 2
+	regConfig(2, 4, 1, 8, 1),             // 3
+	regConfig(1, 8, 2, 4, 1),             // 4
+	regConfig(1, 8, 4, 2, 1),             // 5
+	wgConfig(16, 1, 4, 2, 2),             // 6
+	wgConfig(16, 1, 4, 4, 2),             // 7
+	wgConfig(16, 2, 4, 2, 2),             // 8
+	wgConfig(32, 1, 4, 2, 2),             // 9
+	wgConfig(32, 2, 4, 2, 2),             // 10
+	wgConfig(32, 1, 4, 4, 2),             // 11: registers capped for 3 blocks per SM
+	wgConfig(64, 1, 4, 4, 4),             // 12
+	promptConfig(128, 4, 4, true, false), // 13: no clusters (kernels/linear.cu, GLYD_LINP_)
+	promptConfig(256, 4, 2, false, true), // 14
+	promptConfig(64, 4, 2, false, true),  // 15
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -245,7 +250,8 @@ const wgmmaSlotsMax = 4 * 132
 func (c linConfig) tilesOf(n int64) int64 { return (n + int64(c.rows()) - 1) / int64(c.rows()) }
 
 // splits returns how many blocks share the K of one output tile, for a launch
-// of tiles weight tiles.
+// of tiles weight tiles (at most 8: the largest portable cluster, see
+// clusterSplits).
 //
 // Warpgroup configurations run one long block per 64-row tile; a second
 // wave of blocks would double the time, so they split K until the blocks
@@ -613,7 +619,11 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 	if c.Kind == linPrompt && workspace%16 != 0 { // the bulk copies read x's stage images from it
 		return status.Errorf(status.InvalidArgument, "gpu: linear workspace must be 16-byte aligned for %d rows, is at %#x", rows, workspace)
 	}
-	if s > 1 {
+	cz := uint32(1) // blocks per cluster
+	if d.inClusters(ci, many, s, tiles*gx) {
+		cz = uint32(s)
+		p.splits = C.glyd_u32(s) // p.ws stays 0: the splits meet in their cluster
+	} else if s > 1 {
 		splitK(&p, s, workspace)
 	}
 	// On sm_90 the fused kernels are programmatic dependent launches: their
@@ -626,16 +636,28 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 			return err
 		}
 	}
-	if err := launchAs(dev, kidx, uint32(gx), uint32(tiles), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p, pdl); err != nil {
+	if err := launchClusters(dev, kidx, uint32(gx), uint32(tiles), uint32(s), uint32(c.threads()), uint32(c.smem()), stream, &p, pdl, cz); err != nil {
 		return err
 	}
-	if s > 1 {
+	if s > 1 && cz == 1 {
 		if c.patchesEscapes() {
 			withoutEscapes(&p)
 		}
 		return launchAs(dev, reduceKernel(many), reduceBlocks(rows, n), 1, 1, 256, 0, stream, &p, pdl)
 	}
 	return nil
+}
+
+// inClusters reports whether the s > 1 split-K blocks of each output tile
+// of a launch of configuration ci (many: the _many kernel; ctas: tiles times
+// token tiles) run as a cluster and add their partial sums in each other's
+// shared memory (kernels/linear.cu, block_epilogue's CLUSTER): no workspace
+// traffic and no reduce launch. Only where every cluster fits on the GPU at
+// once: one cluster launched after the others finish doubles the time, and
+// GPCs leave slots no cluster of 3 or more can use (on the H200 62 clusters
+// of 4 fit where 264 single blocks do; session 17).
+func (d *device) inClusters(ci int, many bool, s, ctas int64) bool {
+	return s > 1 && linConfigs[ci].Clusters && ctas <= int64(d.clusters[ci][boolIndex(many)][s])
 }
 
 // withoutEscapes makes the split-K reduce of p add no escape corrections.
