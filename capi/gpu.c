@@ -44,6 +44,9 @@ int glyd_gpu_linear_many(int device, void *stream, const void *x, int64_t rows, 
 int glyd_gpu_linear_kernel(int device, const glyd_gpu_tensor *w, int64_t rows, const char **name) {
     return glydgo_gpu_linear_kernel(device, (glyd_gpu_tensor *)w, rows, (char **)name);
 }
+int glyd_gpu_linear_split(int device, const glyd_gpu_tensor *w, int64_t rows, int *splits, int *clusters) {
+    return glydgo_gpu_linear_split(device, (glyd_gpu_tensor *)w, rows, splits, clusters);
+}
 int glyd_gpu_force_kernel(const char *name) { return glydgo_gpu_force_kernel((char *)name); }
 int glyd_gpu_linear_configs(const char **names) { return glydgo_gpu_linear_configs((char **)names); }
 int glyd_gpu_pack_workspace_bytes(int dtype, int layout, const int64_t *shape, size_t ndim,

@@ -324,6 +324,31 @@ func glydgo_gpu_linear_kernel(device C.int, w *C.glyd_gpu_tensor, rows C.int64_t
 	return C.int(status.OK)
 }
 
+//export glydgo_gpu_linear_split
+func glydgo_gpu_linear_split(device C.int, w *C.glyd_gpu_tensor, rows C.int64_t, splits, clusters *C.int) (rc C.int) {
+	defer guard(&rc)
+	if splits == nil || clusters == nil {
+		return fail(errArg("splits or clusters is NULL"))
+	}
+	d, err := gpuTensor(w)
+	if err != nil {
+		return fail(err)
+	}
+	if len(d.Shape) == 0 || len(d.Groups) != 1 {
+		return fail(status.Errorf(status.Unsupported, "glyd_gpu_linear_split: need a single-group matrix"))
+	}
+	s, cl, err := gpu.SplitFor(int(device), d, int(rows))
+	if err != nil {
+		return fail(err)
+	}
+	*splits = C.int(s)
+	*clusters = 0
+	if cl {
+		*clusters = 1
+	}
+	return C.int(status.OK)
+}
+
 //export glydgo_gpu_force_kernel
 func glydgo_gpu_force_kernel(name *C.char) (rc C.int) {
 	defer guard(&rc)

@@ -408,6 +408,13 @@ int glyd_gpu_linear_many(int device, void *stream, const void *x, int64_t rows,
  * weights of >= 16896 rows. */
 int glyd_gpu_linear_kernel(int device, const glyd_gpu_tensor *w, int64_t rows, const char **name);
 
+/* How glyd_gpu_linear splits K on `device` for w and `rows`, for diagnostics
+ * and tests: *splits blocks per output tile (1: no split), *clusters = 1 when
+ * they run as one thread-block cluster adding their partial sums in shared
+ * memory (sm_90 prompt tiles, where all of the launch's clusters fit on the
+ * GPU at once), 0 when they go through the workspace and a reduce launch. */
+int glyd_gpu_linear_split(int device, const glyd_gpu_tensor *w, int64_t rows, int *splits, int *clusters);
+
 /* Benchmarks only: make glyd_gpu_linear use kernel configuration `name` (as
  * returned by glyd_gpu_linear_kernel, or "generic") for every call of the
  * process, or glyd_gpu_linear_experts the grouped configuration `name`

@@ -363,6 +363,29 @@ func ConfigFor(dev int, w *DeviceTensor, rows int) (string, error) {
 	return linConfigs[pickConfig(int64(rows), w.Shape[0], d.hopper())].name(), nil
 }
 
+// SplitFor reports how Linear would split K on device dev for w and rows
+// tokens: the blocks per output tile, and whether they run as a cluster
+// (no workspace, no reduce launch; inClusters) — 1 and false for the
+// generic kernel and the prompt path's cuBLAS.
+func SplitFor(dev int, w *DeviceTensor, rows int) (splits int, clusters bool, err error) {
+	if !fusedWeight(w) || !fastPath(w, 0) || forced.Load() < 0 || rows <= 0 {
+		return 1, false, nil
+	}
+	d, err := load(dev)
+	if err != nil {
+		return 0, false, err
+	}
+	ci := pickConfig(int64(rows), w.Shape[0], d.hopper())
+	c := linConfigs[ci]
+	if d.canRun(c, c.name()) != nil {
+		return 1, false, nil
+	}
+	tiles := c.tilesOf(w.Shape[0])
+	s := c.splits(tiles, w.Shape[1], int64(rows), d.occ[ci][0]*d.info.SMs)
+	gx := (int64(rows) + int64(c.tokens()) - 1) / int64(c.tokens())
+	return int(s), d.inClusters(ci, false, s, tiles*gx), nil
+}
+
 func fastPath(w *DeviceTensor, x uintptr) bool {
 	k := w.Shape[len(w.Shape)-1]
 	g := &w.Groups[0]

@@ -60,7 +60,7 @@ import torch
 from . import _lib
 from .errors import InvalidArgumentError
 
-__all__ = ["DeviceTensor", "MultiLinear", "available", "describe", "device_info", "linear_kernel", "linear_configs", "force_kernel", "pack",
+__all__ = ["DeviceTensor", "MultiLinear", "available", "describe", "device_info", "linear_kernel", "linear_split", "linear_configs", "force_kernel", "pack",
            "pack_planes", "pack_device", "set_prompt_rows", "prompt_rows", "set_prompt_tile_mb", "PROMPT_KERNEL", "moe_route",
            "moe_combine", "moe_silu_mul", "moe_row_experts", "moe_top1", "moe_gather_scale"]
 
@@ -118,6 +118,7 @@ _SIGNATURES = {
     "glyd_gpu_linear_many": (c_int, [c_int, c_void_p, c_void_p, c_int64, _T, c_size_t, POINTER(c_void_p), c_void_p,
                                      c_void_p, c_size_t]),
     "glyd_gpu_linear_kernel": (c_int, [c_int, _T, c_int64, POINTER(c_char_p)]),
+    "glyd_gpu_linear_split": (c_int, [c_int, _T, c_int64, POINTER(c_int), POINTER(c_int)]),
     "glyd_gpu_force_kernel": (c_int, [c_char_p]),
     "glyd_gpu_linear_configs": (c_int, [POINTER(c_char_p)]),
     "glyd_gpu_pack_workspace_bytes": (c_int, [c_int, c_int, POINTER(c_int64), c_size_t, c_int64, POINTER(c_size_t)]),
@@ -630,6 +631,15 @@ def linear_kernel(w: DeviceTensor, rows: int) -> str:
     s = c_char_p()
     _lib.check(_gpu().glyd_gpu_linear_kernel(w.device.index, ctypes.byref(w._c), rows, ctypes.byref(s)))
     return s.value.decode()
+
+
+def linear_split(w: DeviceTensor, rows: int) -> tuple[int, bool]:
+    """How DeviceTensor.linear splits K for `rows` rows: (blocks per output tile,
+    whether they add their partial sums as one thread-block cluster instead of
+    through the workspace and a reduce launch). Diagnostics and tests."""
+    s, c = c_int(), c_int()
+    _lib.check(_gpu().glyd_gpu_linear_split(w.device.index, ctypes.byref(w._c), rows, ctypes.byref(s), ctypes.byref(c)))
+    return s.value, bool(c.value)
 
 
 def linear_configs() -> list[str]:

@@ -222,6 +222,28 @@ def test_linear_every_config(kind):
         _gpu.force_kernel(None)
 
 
+def test_split_k_in_clusters_and_through_the_workspace():
+    # the prompt tiles' splits add their partial sums as one cluster where all
+    # of a launch's clusters fit on the GPU, else through the workspace and the
+    # reduce launch: on sm_90 these weights take both ways, each checked
+    seen = set()
+    try:
+        for name in ("glyd_lin_f12p_t64s4u2", "glyd_lin_f12p_t256s4u2"):
+            _gpu.force_kernel(name)
+            for n in (1024, 2048, 3072, 3840, 4096, 8192):
+                p = glyd.pack(weights((n, 1024), seed=n, specials=True))
+                wd, dt = glyd.unpack(p).to(DEV), _gpu.DeviceTensor(p, DEV)
+                for rows in (64, 256):
+                    splits, clusters = _gpu.linear_split(dt, rows)
+                    if splits > 1:
+                        seen.add(clusters)
+                    check_forced(dt, wd, rows, f"{name} N={n} splits={splits} clusters={clusters}")
+    finally:
+        _gpu.force_kernel(None)
+    if torch.cuda.get_device_capability(DEV) == (9, 0):
+        assert seen == {True, False}, seen
+
+
 @pytest.mark.parametrize("rows", [1, 16, 64, 96, 300])
 def test_chained_linears_read_the_previous_output(rows):
     # each linear's input is the previous one's output, launched back to back (on
