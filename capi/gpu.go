@@ -296,18 +296,27 @@ var (
 	kernelNameC  = map[string]*C.char{} // static storage for glyd_gpu_linear_kernel
 )
 
+// gpuMatrix is w for the per-weight queries of fn: a single-group matrix.
+func gpuMatrix(w *C.glyd_gpu_tensor, fn string) (*gpu.DeviceTensor, error) {
+	d, err := gpuTensor(w)
+	if err != nil {
+		return nil, err
+	}
+	if len(d.Shape) == 0 || len(d.Groups) != 1 {
+		return nil, status.Errorf(status.Unsupported, "%s: need a single-group matrix", fn)
+	}
+	return d, nil
+}
+
 //export glydgo_gpu_linear_kernel
 func glydgo_gpu_linear_kernel(device C.int, w *C.glyd_gpu_tensor, rows C.int64_t, name **C.char) (rc C.int) {
 	defer guard(&rc)
 	if name == nil {
 		return fail(errArg("name is NULL"))
 	}
-	d, err := gpuTensor(w)
+	d, err := gpuMatrix(w, "glyd_gpu_linear_kernel")
 	if err != nil {
 		return fail(err)
-	}
-	if len(d.Shape) == 0 || len(d.Groups) != 1 {
-		return fail(status.Errorf(status.Unsupported, "glyd_gpu_linear_kernel: need a single-group matrix"))
 	}
 	s, err := gpu.ConfigFor(int(device), d, int(rows))
 	if err != nil {
@@ -330,12 +339,9 @@ func glydgo_gpu_linear_split(device C.int, w *C.glyd_gpu_tensor, rows C.int64_t,
 	if splits == nil || clusters == nil {
 		return fail(errArg("splits or clusters is NULL"))
 	}
-	d, err := gpuTensor(w)
+	d, err := gpuMatrix(w, "glyd_gpu_linear_split")
 	if err != nil {
 		return fail(err)
-	}
-	if len(d.Shape) == 0 || len(d.Groups) != 1 {
-		return fail(status.Errorf(status.Unsupported, "glyd_gpu_linear_split: need a single-group matrix"))
 	}
 	s, cl, err := gpu.SplitFor(int(device), d, int(rows))
 	if err != nil {
