@@ -323,6 +323,13 @@ int glyd_drv_device_load(int dev, const void *image, const char *names, int nk, 
 	return rc;
 }
 
+/* a: clusters of (1, 1, cz) blocks (a zeroed attribute). */
+static void cluster_attr(glyd_CUlaunchAttribute *a, unsigned cz) {
+	a->id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+	a->value.cluster.x = a->value.cluster.y = 1;
+	a->value.cluster.z = cz;
+}
+
 int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned smem,
                     uintptr_t stream, const glyd_kparams *p, int programmatic, unsigned cluster_z, char *err) {
 	/* Hot path: the caller (Go) has loaded the device already. */
@@ -348,11 +355,7 @@ int glyd_drv_launch(int dev, int k, unsigned gx, unsigned gy, unsigned gz, unsig
 			a[na].id = LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
 			a[na++].value.allowed = 1;
 		}
-		if (cluster_z > 1) {
-			a[na].id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-			a[na].value.cluster.x = a[na].value.cluster.y = 1;
-			a[na++].value.cluster.z = cluster_z;
-		}
+		if (cluster_z > 1) cluster_attr(&a[na++], cluster_z);
 		glyd_CUlaunchConfig cfg = {gx, gy, gz, bx, 1, 1, smem, (glyd_CUstream)stream, a, na};
 		r = cu.LaunchKernelEx(&cfg, s->fn[k], args, NULL);
 	} else {
@@ -389,9 +392,7 @@ int glyd_drv_max_clusters(int dev, int k, int block, int smem, int cz, int *clus
 	if (rc) return rc;
 	glyd_CUlaunchAttribute a;
 	memset(&a, 0, sizeof a);
-	a.id = LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-	a.value.cluster.x = a.value.cluster.y = 1;
-	a.value.cluster.z = (unsigned)cz;
+	cluster_attr(&a, (unsigned)cz);
 	/* The grid only has to be a whole number of clusters. */
 	glyd_CUlaunchConfig cfg = {1, 1, (unsigned)cz, (unsigned)block, 1, 1, (unsigned)smem, NULL, &a, 1};
 	glyd_CUresult r = cu.OccupancyMaxActiveClusters(clusters, s->fn[k], &cfg);

@@ -249,9 +249,15 @@ const wgmmaSlotsMax = 4 * 132
 // weight of n rows.
 func (c linConfig) tilesOf(n int64) int64 { return (n + int64(c.rows()) - 1) / int64(c.rows()) }
 
+// tokenTiles is the number of token tiles (blocks along the tokens) of rows
+// tokens.
+func (c linConfig) tokenTiles(rows int64) int64 {
+	return (rows + int64(c.tokens()) - 1) / int64(c.tokens())
+}
+
 // splits returns how many blocks share the K of one output tile, for a launch
 // of tiles weight tiles (at most 8: the largest portable cluster, see
-// clusterSplits).
+// inClusters).
 //
 // Warpgroup configurations run one long block per 64-row tile; a second
 // wave of blocks would double the time, so they split K until the blocks
@@ -259,7 +265,7 @@ func (c linConfig) tilesOf(n int64) int64 { return (n + int64(c.rows()) - 1) / i
 // wgmmaSlotsMax; the bound takes wgmmaSlotsMax). Their result bits thus
 // depend on the GPU model (deterministic on each).
 func (c linConfig) splits(tiles, k, rows int64, slots int) int64 {
-	ctas := tiles * ((rows + int64(c.tokens()) - 1) / int64(c.tokens()))
+	ctas := tiles * c.tokenTiles(rows)
 	maxs := ((k + 63) / 64) / int64(2*c.WK) // each warp keeps >= 2 k-blocks
 	target := int64(splitTarget)
 	if c.hopperOnly() {
@@ -380,10 +386,8 @@ func SplitFor(dev int, w *DeviceTensor, rows int) (splits int, clusters bool, er
 	if d.canRun(c, c.name()) != nil {
 		return 1, false, nil
 	}
-	tiles := c.tilesOf(w.Shape[0])
-	s := c.splits(tiles, w.Shape[1], int64(rows), d.occ[ci][0]*d.info.SMs)
-	gx := (int64(rows) + int64(c.tokens()) - 1) / int64(c.tokens())
-	return int(s), d.inClusters(ci, false, s, tiles*gx), nil
+	s, cluster := d.splitOf(ci, false, c.tilesOf(w.Shape[0]), w.Shape[1], rows)
+	return int(s), cluster, nil
 }
 
 func fastPath(w *DeviceTensor, x uintptr) bool {
@@ -621,7 +625,7 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 		return err
 	}
 	tiles := weightTiles(c, ws)
-	gx := (int64(rows) + int64(c.tokens()) - 1) / int64(c.tokens())
+	gx := c.tokenTiles(int64(rows))
 	if tiles > 65535 || gx > 1<<31-1 {
 		return status.Errorf(status.Unsupported, "gpu: %d x %d is too large for one launch", rows, n)
 	}
@@ -634,7 +638,7 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 	p := manyParams(ws, biases, safe, x, y, rows, k)
 	many := len(ws) > 1
 	kidx := linKernel(ci, many, safe)
-	s := c.splits(tiles, k, int64(rows), d.occ[ci][boolIndex(many)]*d.info.SMs)
+	s, cluster := d.splitOf(ci, many, tiles, k, rows)
 	need, xpermAt := c.workspace(n, k, int64(rows), s)
 	if need > 0 && (workspace == 0 || wsBytes < need) {
 		return status.Errorf(status.BufferTooSmall, "gpu: linear needs %d bytes of workspace (LinearWorkspaceBound), have %d", need, wsBytes)
@@ -643,7 +647,7 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 		return status.Errorf(status.InvalidArgument, "gpu: linear workspace must be 16-byte aligned for %d rows, is at %#x", rows, workspace)
 	}
 	cz := uint32(1) // blocks per cluster
-	if d.inClusters(ci, many, s, tiles*gx) {
+	if cluster {
 		cz = uint32(s)
 		p.splits = C.glyd_u32(s) // p.ws stays 0: the splits meet in their cluster
 	} else if s > 1 {
@@ -669,6 +673,16 @@ func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k in
 		return launchAs(dev, reduceKernel(many), reduceBlocks(rows, n), 1, 1, 256, 0, stream, &p, pdl)
 	}
 	return nil
+}
+
+// splitOf is how a launch of configuration ci (many: the _many kernel) over
+// tiles weight tiles, K = k and rows tokens splits K: s blocks per output
+// tile, and whether they run as a cluster. Linear's launches and SplitFor's
+// report share it.
+func (d *device) splitOf(ci int, many bool, tiles, k int64, rows int) (s int64, cluster bool) {
+	c := linConfigs[ci]
+	s = c.splits(tiles, k, int64(rows), d.occ[ci][boolIndex(many)]*d.info.SMs)
+	return s, d.inClusters(ci, many, s, tiles*c.tokenTiles(int64(rows)))
 }
 
 // inClusters reports whether the s > 1 split-K blocks of each output tile
