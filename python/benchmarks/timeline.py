@@ -8,19 +8,13 @@ import tempfile
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from glyd.gpu.bench import warm_graph
+
 
 def graph_replay_profile(fn, warm=3):
-    """The profiler around one replay of fn's CUDA graph (after warm calls and replays)."""
+    """The profiler around one replay of fn's CUDA graph (bench.warm_graph)."""
     with torch.no_grad():
-        for _ in range(warm):
-            fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        for _ in range(warm):
-            graph.replay()
-        torch.cuda.synchronize()
+        graph = warm_graph(fn, warm)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             graph.replay()
             torch.cuda.synchronize()

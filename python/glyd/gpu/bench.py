@@ -42,9 +42,9 @@ MODELS = {
 SHAPE_NAMES = ["qkv", "o", "gate_up", "down"]
 
 
-def _time_graph(fn, reps=20, warmup=3):
-    """Median ms of replaying a CUDA graph of fn() (warmed up eagerly on a side
-    stream, then as a graph)."""
+def warm_graph(fn, warmup=3):
+    """A CUDA graph of fn(), warmed up: fn() eagerly on a side stream, then
+    replays (also the profiling scripts' in python/benchmarks)."""
     import torch
 
     s = torch.cuda.Stream()
@@ -60,6 +60,14 @@ def _time_graph(fn, reps=20, warmup=3):
     for _ in range(warmup):
         g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def _time_graph(fn, reps=20, warmup=3):
+    """Median ms of replaying a CUDA graph of fn() (warm_graph)."""
+    import torch
+
+    g = warm_graph(fn, warmup)
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
