@@ -11,5 +11,5 @@ M="dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of
 for cfg in "$@"; do
   set -- $cfg
   echo "=== $cfg"
-  "$NCU" --kernel-name regex:glyd_lin_f12 --launch-skip 3 --launch-count 1 --metrics $M python3 python/benchmarks/profile_linear.py $1 $2 $3 $4 2>&1 | grep -E "^\s+(dram|gpu__|sm__|smsp|l1tex|lts|launch)" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//'
+  "$NCU" --clock-control none --kernel-name regex:glyd_lin_f12 --launch-skip 3 --launch-count 1 --metrics $M python3 python/benchmarks/profile_linear.py $1 $2 $3 $4 2>&1 | grep -E "^\s+(dram|gpu__|sm__|smsp|l1tex|lts|launch)" | awk '{print $1, $NF}' | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//'
 done

@@ -14,7 +14,7 @@ NCU=${NCU:-/usr/local/cuda/bin/ncu}
 export PYTHONPATH=$PWD/python GLYD_LIBRARY=${GLYD_LIBRARY:-$PWD/build/libglyd.so}
 REP=${OUT:-/tmp}/sass
 CFG=$1 TOP=${2:-30}
-"$NCU" -f -o "$REP" --kernel-name regex:${KERNEL:-glyd_lin_f12} --launch-skip ${SKIP:-3} --launch-count 1 \
+"$NCU" -f -o "$REP" --clock-control none --kernel-name regex:${KERNEL:-glyd_lin_f12} --launch-skip ${SKIP:-3} --launch-count 1 \
   --section SourceCounters --section WarpStateStats --section SpeedOfLight --section Occupancy --section LaunchStats \
   python3 ${SCRIPT:-python/benchmarks/profile_linear.py} $CFG >/dev/null 2>&1 || { echo "ncu failed"; exit 1; }
 "$NCU" -i "$REP.ncu-rep" --page details 2>&1 | grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Compute \(SM\)|Grid Size|Block Size|Waves Per SM|Issue Slots Busy|No Eligible|Active Warps Per" | head -24
