@@ -572,23 +572,34 @@ __device__ __forceinline__ glyd_kparams segment_tile(const glyd_kparams &p, int6
 // segments' outputs laid end to end). The single-weight reduce reads its
 // weight from the parameter block as it is (with the lookup, 64 tokens
 // measured 5% slower, session 8).
+// The escape index is immutable: its row range and first record are loaded
+// before the wait for the partial sums, so an escape costs the reduce one
+// round trip (its activation, beside the partials) instead of three
+// dependent ones after it (session 19: escapes cost the split 16- to
+// 64-token steps 5-9%).
 template <bool MANY>
 __device__ __forceinline__ void lin_reduce(const glyd_kparams &p) {
 	griddep_launch();
-	griddep_wait(); // the partial sums are the previous kernel's output
 	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i >= p.rows * p.N) return;
 	glyd_kparams q = p;
 	if (MANY) q = segment_of(p, &i, [&p](int64_t n) { return p.rows * n; });
 	const int64_t total = q.rows * q.N;
 	const int64_t m = i / q.N, n = i % q.N;
+	uint32_t e0 = 0, e1 = 0;
+	uint2 r0 = make_uint2(0, 0);
+	if (q.escrows) {
+		e0 = ld_u32((const uint32_t *)q.escrows + n);
+		e1 = ld_u32((const uint32_t *)q.escrows + n + 1);
+		if (e0 < e1) r0 = ((const uint2 *)q.escrecs)[e0];
+	}
+	griddep_wait(); // the partial sums are the previous kernel's output
 	const float *ws = (const float *)q.ws;
 	float v = 0.f;
 	for (uint32_t z = 0; z < q.splits; z++) v += ws[(size_t)z * (size_t)total + i];
-	uint32_t e0 = 0, e1 = 0;
-	if (q.escrows) {
-		e0 = ((const uint32_t *)q.escrows)[n];
-		e1 = ((const uint32_t *)q.escrows)[n + 1];
+	if (e0 < e1) { // finish()'s first record, in its order
+		v = add_escape(v, bf16_to_f32(((const uint16_t *)q.x)[m * q.K + r0.x]), r0.y, q.ebase);
+		e0++;
 	}
 	((uint16_t *)q.y)[i] = finish(q, m, n, v, e0, e1);
 }
