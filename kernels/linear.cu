@@ -199,6 +199,28 @@ __device__ __forceinline__ float4 cluster_sum16(uint32_t addr, uint32_t S) {
 // inClusters) rather than in the workspace p.ws.
 __device__ __forceinline__ bool cluster_launch(const glyd_kparams &p) { return p.splits > 1 && !p.ws; }
 
+// The first escape record of the row of this thread's first item in
+// block_epilogue's one-row-per-item path (row = threadIdx.x % rows of the
+// tile), loaded during the k loop so that the epilogue's first correction of
+// the row waits for its activations only (two dependent round trips at the
+// tile's end before). start() before griddep_wait (the index is immutable);
+// fetch() right after it, where reading the range waits on nothing the
+// first k-block does not (a read inside the k loop would wait for the weight
+// loads in flight too: session 19). r.x = ~0: none.
+struct FirstEscape {
+	uint32_t e0 = 0, e1 = 0;
+	uint2 r = make_uint2(~0u, 0u);
+	__device__ __forceinline__ void start(const glyd_kparams &p, int64_t n) {
+		if (p.splits == 1 && p.escrows && n < p.N) {
+			e0 = ld_u32((const uint32_t *)p.escrows + n);
+			e1 = ld_u32((const uint32_t *)p.escrows + n + 1);
+		}
+	}
+	__device__ __forceinline__ void fetch(const glyd_kparams &p) {
+		if (e0 < e1) asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"((const uint2 *)p.escrecs + e0));
+	}
+};
+
 // Block epilogue shared by the kernels: reduce the WK warps' accumulators
 // (tree, fixed order), then write the tile and either finish the
 // outputs (escapes, bias, bf16) or store the split-K partials of split
@@ -213,7 +235,7 @@ __device__ __forceinline__ bool cluster_launch(const glyd_kparams &p) { return p
 template <int MT, int NT, int WN, int WK, bool SAFE, bool VEC, bool CLUSTER = false>
 __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red, const uint32_t *srows,
                                                float (&acc)[MT][NT][4], int64_t n0, int64_t m0,
-                                               uint32_t split_z) {
+                                               uint32_t split_z, const FirstEscape &first = FirstEscape()) {
 	constexpr int ROWS = 16 * MT * WN, TB = 8 * NT, FR = MT * NT * 4;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int wn = warp % WN, wk = warp / WN;
@@ -359,8 +381,8 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 #pragma unroll
 			for (int j = 0; j < TG; j++) v[j] = tile[(tok0 + j) * LD + row];
 			const uint32_t e1 = p.escrows ? srows[row + 1] : 0u;
-			for (uint32_t e = p.escrows ? srows[row] : 0u; e < e1; e++) {
-				const uint2 r = rec[e];
+			uint32_t e = p.escrows ? srows[row] : 0u;
+			auto correct = [&](const uint2 r) {
 				float xv[TG];
 #pragma unroll
 				for (int j = 0; j < TG; j++) {
@@ -369,7 +391,12 @@ __device__ __forceinline__ void block_epilogue(const glyd_kparams &p, float *red
 				}
 #pragma unroll
 				for (int j = 0; j < TG; j++) v[j] = add_escape(v[j], xv[j], r.y, p.ebase);
+			};
+			if (item == (int)threadIdx.x && first.r.x != ~0u && e < e1) { // first = rec[e]
+				correct(first.r);
+				e++;
 			}
+			for (; e < e1; e++) correct(rec[e]);
 			const float b = p.bias ? bf16_to_f32(((const uint16_t *)p.bias)[n]) : 0.f;
 #pragma unroll
 			for (int j = 0; j < TG; j++) {
@@ -504,14 +531,18 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 			srows[i] = ld_u32((const uint32_t *)p.escrows + r);
 		}
 	}
+	FirstEscape first; // (the dense kernels': the grouped experts kernels' registers are tighter)
+	if (DEP) first.start(p, n0 + (int)threadIdx.x % ROWS);
 	if (DEP) griddep_wait(); // the activations are the previous kernel's output
+	if (DEP) first.fetch(p);
 	for (; kbase < kb_hi32; kbase += STEP) {
 		if (kbase + STEP < kb_hi32) load(nxt, kbase + STEP);
 		compute(cur, kbase);
 		cur = nxt;
 	}
 
-	block_epilogue<MT, NT, WN, WK, SAFE, vec_epilogue<8 * NT, DEP>::value>(p, red, srows, acc, n0, m0, split_z);
+	block_epilogue<MT, NT, WN, WK, SAFE, vec_epilogue<8 * NT, DEP>::value>(p, red, srows, acc, n0, m0, split_z,
+	                                                                      first);
 }
 
 // A dense launch's parameters for its segment sel (glyd_kparams.seg), whose
@@ -845,6 +876,11 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 	for (int j = 0; j < NT; j++)
 #pragma unroll
 		for (int i = 0; i < 4; i++) acc[0][j][i] = 0.f;
+	// The dense kernels' consumers prefetch their first escape record (the
+	// producers' items load theirs in the epilogue); not t32k1s4u4p2: at 96
+	// registers (3 blocks per SM) it spilled and lost 3-5% at 32 tokens.
+	constexpr bool FIRST = DEP && TB * U <= 64;
+	FirstEscape first;
 
 	if (warp >= 4 * KG) {
 		// Producer warp pw fills the stages of blocks j = pw, pw + PW, ....
@@ -909,7 +945,9 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 		auto ld_w = [&](uint4 (&s2)[2], uint2 (&c2)[2], int32_t j) { wr.load(s2, c2, kb_lo + j, j < nkb, K32); };
 #pragma unroll
 		for (int u = 0; u < U; u++) ld_w(ws[u], wc[u], c + u * KG);
+		if (FIRST) first.start(p, n0 + (int)threadIdx.x % ROWS);
 		if (DEP) griddep_wait(); // before the epilogue writes y (or the partial sums)
+		if (FIRST) first.fetch(p);
 		for (int32_t j0 = c; j0 < nkb; j0 += U * KG) {
 #pragma unroll
 			for (int u = 0; u < U; u++) {
@@ -934,7 +972,8 @@ __device__ __forceinline__ void wgmma_tile(const glyd_kparams &p, float *smem, i
 			for (int i = 0; i < 4; i++) asm volatile("" : "+f"(acc[0][j][i])::"memory");
 	}
 	__syncthreads(); // the epilogue's tree and tile overlay the stages
-	block_epilogue<1, NT, 4, KG, SAFE, vec_epilogue<TB, DEP>::value>(p, (float *)ring, srows, acc, n0, m0, split_z);
+	block_epilogue<1, NT, 4, KG, SAFE, vec_epilogue<TB, DEP>::value>(p, (float *)ring, srows, acc, n0, m0, split_z,
+	                                                                   first);
 #else
 	__trap(); // the host picks these kernels on sm_90 only
 #endif
