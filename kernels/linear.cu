@@ -620,8 +620,8 @@ __device__ __forceinline__ void lin_reduce(const glyd_kparams &p) {
 	uint32_t e0 = 0, e1 = 0;
 	uint2 r0 = make_uint2(0, 0);
 	if (q.escrows) {
-		e0 = ld_u32((const uint32_t *)q.escrows + n);
-		e1 = ld_u32((const uint32_t *)q.escrows + n + 1);
+		e0 = ((const uint32_t *)q.escrows)[n];
+		e1 = ((const uint32_t *)q.escrows)[n + 1];
 		if (e0 < e1) r0 = ((const uint2 *)q.escrecs)[e0];
 	}
 	griddep_wait(); // the partial sums are the previous kernel's output
