@@ -37,6 +37,7 @@ def main(argv):
         names, argv = argv[1].split(","), argv[2:]
     tokens = [int(a) for a in argv] or [1, 64, 128, 512, 2048]
     gen = torch.Generator(device="cuda").manual_seed(0)
+    totals = {t: {"randn": 0.0, "none": 0.0, "4x": 0.0} for t in tokens}  # the shapes' ms added, per size
     print(f"{'shape':>16} {'tokens':>6} {'kernel':>28} | esc/weight randn none 4x | ms randn none 4x | none/randn 4x/randn")
     for name, (n, k) in zip(SHAPE_NAMES, MODELS["qwen3-8b"][1]):
         if name not in names:
@@ -56,12 +57,18 @@ def main(argv):
                     fn = lambda dts=dts: [d.linear(x, out=y, workspace=ws, checked=True) for d in dts]
                     times[label].append(_time_graph(fn))
             ms = {label: statistics.median(v) for label, v in times.items()}
+            for label, v in ms.items():
+                totals[t][label] += v
             print(f"{name + f' {n}x{k}':>16} {t:>6} {sets['randn'][0].linear_kernel(t):>28} | "
                   f"{esc['randn']:.2e} {esc['none']:.2e} {esc['4x']:.2e} | "
                   f"{ms['randn']:.3f} {ms['none']:.3f} {ms['4x']:.3f} | "
                   f"{ms['none'] / ms['randn']:.3f} {ms['4x'] / ms['randn']:.3f}", flush=True)
         del sets
         torch.cuda.empty_cache()
+    for t, ms in totals.items():  # the step's linears (the shapes asked for) together
+        print(f"{'all: ' + ','.join(names):>16} {t:>6} {'':>28} | {'':>26} | "
+              f"{ms['randn']:.3f} {ms['none']:.3f} {ms['4x']:.3f} | "
+              f"{ms['none'] / ms['randn']:.3f} {ms['4x'] / ms['randn']:.3f}")
     return 0
 
 
