@@ -1,0 +1,290 @@
+/*
+ * decode_bw.cu — how fast can fixed12 planes be decoded to bf16 in HBM? Ways
+ * of moving the bytes, each checked bit for bit against the production kernel
+ * (glyd_decode_f12_vec) and timed on the same buffers, beside a device-to-device
+ * copy (the read+write stream ceiling). Standalone (CUDA runtime, no Glyd
+ * library): on the GPU machine, in the repository root,
+ *
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/decode_bw \
+ *        python/benchmarks/decode_bw.cu && /tmp/decode_bw [MIB_OF_BF16]
+ *
+ * Prints one line per variant: ms per decode (median of 15), TB/s of bf16
+ * written and TB/s moved (1.5 bytes read + 2 written per weight), and the
+ * number of output words that differ from the production kernel's (must be 0).
+ */
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <vector>
+#include <cuda_runtime.h>
+#include "../../kernels/decode.cu"
+#include "../../kernels/wgmma.cuh"
+
+#define CK(x)                                                                                                  \
+	do {                                                                                                       \
+		cudaError_t e_ = (x);                                                                                  \
+		if (e_ != cudaSuccess) {                                                                               \
+			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
+			exit(1);                                                                                           \
+		}                                                                                                      \
+	} while (0)
+
+// Grid-stride like production, VEC units of 8 per thread, MINB blocks per SM
+// (launch bounds), CS: streaming stores, BLOCKED: a block's VEC units of one
+// step are one contiguous run of VEC*256 units instead of VEC grid strides.
+template <int VEC_, int MINB, bool CS, bool BLOCKED>
+__global__ void __launch_bounds__(256, MINB) v_stride(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t nu,
+                                                      uint32_t base) {
+	const uint32_t B4 = base * 0x01010101u;
+	const uint64_t grid = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t step = 0;; step++) {
+		uint64_t u0;
+		uint64_t js;
+		if (BLOCKED) {
+			u0 = ((uint64_t)blockIdx.x + step * gridDim.x) * (VEC_ * 256) + threadIdx.x;
+			js = 256;
+		} else {
+			u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x + step * grid * VEC_;
+			js = grid;
+		}
+		if (u0 >= nu) break;
+		uint2 s[VEC_];
+		uint32_t c[VEC_];
+#pragma unroll
+		for (int j = 0; j < VEC_; j++) {
+			const uint64_t u = u0 + j * js;
+			if (u < nu) {
+				s[j] = ld_stream8(sm + u * 8);
+				c[j] = ld_stream4(code + u * 4);
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < VEC_; j++) {
+			const uint64_t u = u0 + j * js;
+			if (u < nu) {
+				const uint4 v = decode8(s[j].x, s[j].y, c[j], B4);
+				if (CS) st_stream16(dst + u * 8, v); else st_keep16(dst + u * 8, v);
+			}
+		}
+	}
+}
+
+// 16 elements per unit: one 16-byte load of sm bytes and one 8-byte load of
+// codes per unit; two 16-byte stores (32 bytes apart per lane).
+template <int VEC_, int MINB>
+__global__ void __launch_bounds__(256, MINB) v_wide(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t nu16,
+                                                    uint32_t base) {
+	const uint32_t B4 = base * 0x01010101u;
+	const uint64_t grid = (uint64_t)gridDim.x * blockDim.x;
+	for (uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u0 < nu16; u0 += grid * VEC_) {
+		uint4 s[VEC_];
+		uint2 c[VEC_];
+#pragma unroll
+		for (int j = 0; j < VEC_; j++) {
+			const uint64_t u = u0 + j * grid;
+			if (u < nu16) {
+				s[j] = ld_stream16(sm + u * 16);
+				c[j] = ld_stream8(code + u * 8);
+			}
+		}
+#pragma unroll
+		for (int j = 0; j < VEC_; j++) {
+			const uint64_t u = u0 + j * grid;
+			if (u < nu16) {
+				st_stream16(dst + u * 16, decode8(s[j].x, s[j].y, c[j].x, B4));
+				st_stream16(dst + u * 16 + 8, decode8(s[j].z, s[j].w, c[j].y, B4));
+			}
+		}
+	}
+}
+
+// The bulk copy engine: chunks of CH units (8*CH sm bytes, 4*CH code bytes)
+// copied into S shared-memory stages by one thread, completing on an
+// mbarrier each; every thread decodes CH/256 units of a chunk from shared
+// memory. BULKST: the bf16 goes to a shared buffer (two, alternating) that one
+// thread stores with a bulk copy; else each thread stores its 16 bytes.
+// Persistent: block b takes chunks b, b + grid, ...; nu % CH == 0.
+template <int CH, int S, bool BULKST>
+__global__ void __launch_bounds__(256) v_bulk(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t nu,
+                                              uint32_t base) {
+#ifdef GLYD_WGMMA
+	extern __shared__ __align__(128) uint8_t sh[];
+	const uint32_t B4 = base * 0x01010101u;
+	const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(sh);
+	const uint32_t bars = s0 + S * 12 * CH;
+	const uint32_t outb = bars + 128;
+	const uint64_t nch = nu / CH;
+	const int tid = threadIdx.x;
+	if (tid == 0)
+		for (int s = 0; s < S; s++) mbar_init(bars + 8 * s, 1);
+	__syncthreads();
+	if (tid == 0)
+		for (int s = 0; s < S; s++) {
+			const uint64_t c = blockIdx.x + (uint64_t)s * gridDim.x;
+			if (c < nch) {
+				mbar_expect_bytes(bars + 8 * s, 12 * CH);
+				bulk_copy(s0 + s * 12 * CH, sm + c * 8 * CH, 8 * CH, bars + 8 * s);
+				bulk_copy(s0 + s * 12 * CH + 8 * CH, code + c * 4 * CH, 4 * CH, bars + 8 * s);
+			}
+		}
+	for (uint64_t i = 0;; i++) {
+		const uint64_t c = blockIdx.x + i * gridDim.x;
+		if (c >= nch) break;
+		const int s = i % S;
+		const uint32_t st = s0 + s * 12 * CH;
+		const uint32_t ob = outb + (i & 1) * 16 * CH;
+		if (BULKST) {
+			// the bulk store of chunk i - 2 has read this buffer
+			if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+			__syncthreads();
+		}
+		mbar_wait(bars + 8 * s, (i / S) & 1);
+#pragma unroll
+		for (int j = 0; j < CH / 256; j++) {
+			const uint32_t u = j * 256 + tid;
+			uint32_t a, b, cw;
+			asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(a), "=r"(b) : "r"(st + 8 * u));
+			asm volatile("ld.shared.u32 %0, [%1];" : "=r"(cw) : "r"(st + 8 * CH + 4 * u));
+			const uint4 v = decode8(a, b, cw, B4);
+			if (BULKST)
+				asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(ob + 16 * u), "r"(v.x), "r"(v.y), "r"(v.z),
+				             "r"(v.w)
+				             : "memory");
+			else
+				st_stream16(dst + (c * CH + u) * 8, v);
+		}
+		if (BULKST) fence_proxy_async();
+		__syncthreads(); // stage s read by all; the output buffer written
+		if (tid == 0) {
+			if (BULKST) {
+				asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + c * CH * 8),
+				             "r"(ob), "r"(16 * CH)
+				             : "memory");
+				asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+			}
+			const uint64_t c2 = c + (uint64_t)S * gridDim.x;
+			if (c2 < nch) {
+				mbar_expect_bytes(bars + 8 * s, 12 * CH);
+				bulk_copy(st, sm + c2 * 8 * CH, 8 * CH, bars + 8 * s);
+				bulk_copy(st + 8 * CH, code + c2 * 4 * CH, 4 * CH, bars + 8 * s);
+			}
+		}
+	}
+	if (BULKST && tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+}
+
+__global__ void fill(uint8_t *p, uint64_t n, uint32_t seed) {
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
+		uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+		x ^= x >> 15;
+		x *= 2246822519u;
+		x ^= x >> 13;
+		p[i] = (uint8_t)x;
+	}
+}
+
+__global__ void count_diff(const uint32_t *a, const uint32_t *b, uint64_t n, unsigned long long *out) {
+	unsigned long long d = 0;
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+		d += a[i] != b[i];
+	if (d) atomicAdd(out, d);
+}
+
+struct Bufs {
+	uint8_t *sm, *code;
+	uint16_t *ref, *out;
+	uint64_t n;
+	uint32_t base;
+	int sms;
+};
+
+template <class F>
+static void timed(const char *name, const Bufs &b, F launch) {
+	CK(cudaMemset(b.out, 0xff, b.n * 2));
+	launch();
+	CK(cudaGetLastError());
+	CK(cudaDeviceSynchronize());
+	unsigned long long *d, h = 0;
+	CK(cudaMalloc(&d, 8));
+	CK(cudaMemset(d, 0, 8));
+	count_diff<<<b.sms * 8, 256>>>((const uint32_t *)b.ref, (const uint32_t *)b.out, b.n / 2, d);
+	CK(cudaMemcpy(&h, d, 8, cudaMemcpyDeviceToHost));
+	CK(cudaFree(d));
+	cudaEvent_t e0, e1;
+	CK(cudaEventCreate(&e0));
+	CK(cudaEventCreate(&e1));
+	std::vector<float> ms;
+	for (int r = 0; r < 17; r++) {
+		CK(cudaEventRecord(e0));
+		launch();
+		CK(cudaEventRecord(e1));
+		CK(cudaEventSynchronize(e1));
+		float t;
+		CK(cudaEventElapsedTime(&t, e0, e1));
+		if (r >= 2) ms.push_back(t);
+	}
+	std::sort(ms.begin(), ms.end());
+	const double t = ms[ms.size() / 2];
+	printf("%-34s %8.3f ms  %5.3f TB/s written  %5.3f TB/s moved  diff %llu\n", name, t, 2.0 * b.n / t / 1e9,
+	       3.5 * b.n / t / 1e9, h);
+	fflush(stdout);
+}
+
+template <int CH, int S, bool BULKST>
+static void bulk(const char *name, const Bufs &b, int per_sm) {
+	const int smem = S * 12 * CH + 128 + (BULKST ? 2 * 16 * CH : 0);
+	CK(cudaFuncSetAttribute(v_bulk<CH, S, BULKST>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+	int occ = 0;
+	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, v_bulk<CH, S, BULKST>, 256, smem));
+	char full[96];
+	snprintf(full, sizeof full, "%s (%d KiB, %d/SM)", name, smem >> 10, std::min(occ, per_sm));
+	const int grid = b.sms * std::min(occ, per_sm);
+	timed(full, b, [&] { v_bulk<CH, S, BULKST><<<grid, 256, smem>>>(b.sm, b.code, b.out, b.n / 8, b.base); });
+}
+
+int main(int argc, char **argv) {
+	const double mib = argc > 1 ? atof(argv[1]) : 1536;
+	Bufs b;
+	b.n = (uint64_t)(mib * 1048576 / 2) / (8 * 4096) * (8 * 4096); // a multiple of every variant's chunk
+	b.base = 113;
+	CK(cudaDeviceGetAttribute(&b.sms, cudaDevAttrMultiProcessorCount, 0));
+	cudaDeviceProp prop;
+	CK(cudaGetDeviceProperties(&prop, 0));
+	printf("%s, %d SMs, %llu weights (%.0f MiB of bf16)\n", prop.name, b.sms, (unsigned long long)b.n, b.n * 2.0 / 1048576);
+	CK(cudaMalloc(&b.sm, b.n));
+	CK(cudaMalloc(&b.code, b.n / 2));
+	CK(cudaMalloc(&b.ref, b.n * 2));
+	CK(cudaMalloc(&b.out, b.n * 2));
+	fill<<<b.sms * 8, 256>>>(b.sm, b.n, 1);
+	fill<<<b.sms * 8, 256>>>(b.code, b.n / 2, 2);
+	glyd_kparams p;
+	memset(&p, 0, sizeof p);
+	p.sm = (uintptr_t)b.sm;
+	p.code = (uintptr_t)b.code;
+	p.dst = (uintptr_t)b.ref;
+	p.n = b.n;
+	p.base = b.base;
+	glyd_decode_f12_vec<<<b.sms * 3, 256>>>(p);
+	CK(cudaDeviceSynchronize());
+	p.dst = (uintptr_t)b.out;
+	const uint64_t nu = b.n / 8;
+	timed("copy (D2D, 2n bytes: moved = 4n)", b, [&] { CK(cudaMemcpyAsync(b.out, b.ref, b.n * 2, cudaMemcpyDeviceToDevice)); });
+	timed("production glyd_decode_f12_vec", b, [&] { glyd_decode_f12_vec<<<b.sms * 3, 256>>>(p); });
+	timed("stride v12 3/SM keep-stores", b, [&] { v_stride<12, 3, false, false><<<b.sms * 3, 256>>>(b.sm, b.code, b.out, nu, b.base); });
+	timed("stride v8 4/SM", b, [&] { v_stride<8, 4, true, false><<<b.sms * 4, 256>>>(b.sm, b.code, b.out, nu, b.base); });
+	timed("stride v16 2/SM", b, [&] { v_stride<16, 2, true, false><<<b.sms * 2, 256>>>(b.sm, b.code, b.out, nu, b.base); });
+	timed("blocked v12 3/SM", b, [&] { v_stride<12, 3, true, true><<<b.sms * 3, 256>>>(b.sm, b.code, b.out, nu, b.base); });
+	timed("blocked v8 4/SM", b, [&] { v_stride<8, 4, true, true><<<b.sms * 4, 256>>>(b.sm, b.code, b.out, nu, b.base); });
+	timed("wide16 v6 3/SM", b, [&] { v_wide<6, 3><<<b.sms * 3, 256>>>(b.sm, b.code, b.out, nu / 2, b.base); });
+	timed("wide16 v4 4/SM", b, [&] { v_wide<4, 4><<<b.sms * 4, 256>>>(b.sm, b.code, b.out, nu / 2, b.base); });
+	bulk<1024, 4, false>("bulk ch1024 s4 reg-stores", b, 8);
+	bulk<1024, 6, false>("bulk ch1024 s6 reg-stores", b, 8);
+	bulk<2048, 4, false>("bulk ch2048 s4 reg-stores", b, 8);
+	bulk<1024, 4, true>("bulk ch1024 s4 bulk-stores", b, 8);
+	bulk<2048, 3, true>("bulk ch2048 s3 bulk-stores", b, 8);
+	bulk<512, 6, true>("bulk ch512 s6 bulk-stores", b, 8);
+	bulk<1024, 4, false>("bulk ch1024 s4 reg-stores 1/SM", b, 1);
+	return 0;
+}
