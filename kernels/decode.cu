@@ -18,6 +18,9 @@
  *                         Preconditions: sm 8-, code 4-, dst 16-byte aligned
  *                         (sm and code at element f, below).
  *                         Elements past the last multiple of 8: the tail loop.
+ *   glyd_decode_f12_bulk  fixed12 on sm_90a, the vec kernel's contract with
+ *                         16-byte aligned sm and code: chunks of planes copied
+ *                         into shared memory by the bulk copy engine (below).
  *   glyd_decode_f12_scalar fixed12, one element per thread (any alignment).
  *   Both fixed12 kernels decode elements [f, f + n) of the group, f = row0*K
  *                         (0 for a whole group: the host zeroes row0 and K), to
@@ -56,6 +59,7 @@
  *   bf16x2 = lop3(P, E, 0x807f807f) = (P & M) | (E & ~M).
  */
 #include "common.cuh"
+#include "wgmma.cuh"
 
 // Per-byte add without carries between bytes (codes 0..15 plus base 0..255;
 // code 15 of an escape may wrap, the scatter kernel rewrites it anyway).
@@ -274,6 +278,79 @@ extern "C" __global__ void __launch_bounds__(256) glyd_decode_small(const glyd_k
 			for (int i = 0; i < cnt; i++) dst[e0 + i] = (uint16_t)(out[i >> 1] >> (16 * (i & 1)));
 		}
 	}
+}
+
+// ---------------------------------------------------------------------------
+// fixed12 through the bulk copy engine (sm_90a)
+//
+// glyd_decode_f12_bulk: the same contract and parameters as
+// glyd_decode_f12_vec (elements [f, f + n), KEEP for a row range), 16-byte
+// aligned sm and code at f (host checks). Chunks of BULK_CH units (8 elements
+// each: 8 KiB of sm bytes and 4 KiB of codes) are copied into BULK_S
+// shared-memory stages by one thread, each completing on its mbarrier, while
+// every thread decodes BULK_CH / 256 units of the oldest stage and stores
+// them as the vec kernel does. No register holds bytes in flight, so 48 KiB
+// per block are always coming: 2.19 TB/s of bf16 written where the vec kernel
+// writes 2.07 and a device-to-device copy 2.10 (python/benchmarks/decode_bw.cu,
+// H200). Persistent: block b takes chunks b, b + grid, ...; the units after
+// the last whole chunk (and the last n % 8 elements) go through the vec loop.
+constexpr int BULK_CH = 1024;
+constexpr int BULK_S = 4;
+constexpr int BULK_SMEM = BULK_S * 12 * BULK_CH; // dynamic shared memory of a block
+
+template <bool KEEP>
+__device__ __forceinline__ void decode_f12_bulk_span(const uint8_t *sm, const uint8_t *code, uint16_t *dst,
+                                                     const uint64_t n, const uint32_t base) {
+#ifdef GLYD_WGMMA
+	extern __shared__ __align__(128) uint8_t stages[];
+	__shared__ __align__(8) uint64_t full[BULK_S];
+	const uint32_t B4 = base * 0x01010101u;
+	const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(stages);
+	const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(full);
+	const uint64_t nch = n / 8 / BULK_CH;
+	const int tid = threadIdx.x;
+	// Chunk c into stage s (one thread).
+	auto fetch = [&](uint64_t c, int s) {
+		mbar_expect_bytes(bar0 + 8 * s, 12 * BULK_CH);
+		bulk_copy(s0 + s * 12 * BULK_CH, sm + c * 8 * BULK_CH, 8 * BULK_CH, bar0 + 8 * s);
+		bulk_copy(s0 + s * 12 * BULK_CH + 8 * BULK_CH, code + c * 4 * BULK_CH, 4 * BULK_CH, bar0 + 8 * s);
+	};
+	if (tid == 0) {
+		for (int s = 0; s < BULK_S; s++) mbar_init(bar0 + 8 * s, 1);
+		for (int s = 0; s < BULK_S; s++)
+			if (blockIdx.x + (uint64_t)s * gridDim.x < nch) fetch(blockIdx.x + (uint64_t)s * gridDim.x, s);
+	}
+	__syncthreads(); // the barriers are initialized before anyone waits
+	for (uint64_t i = 0, c = blockIdx.x; c < nch; i++, c += gridDim.x) {
+		const int s = i % BULK_S;
+		const uint32_t st = s0 + s * 12 * BULK_CH;
+		mbar_wait(bar0 + 8 * s, (i / BULK_S) & 1);
+#pragma unroll
+		for (int j = 0; j < BULK_CH / 256; j++) {
+			const uint32_t u = j * 256 + tid;
+			uint32_t a, b, cw;
+			asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(a), "=r"(b) : "r"(st + 8 * u));
+			asm volatile("ld.shared.u32 %0, [%1];" : "=r"(cw) : "r"(st + 8 * BULK_CH + 4 * u));
+			const uint4 v = decode8(a, b, cw, B4);
+			uint16_t *d = dst + (c * BULK_CH + u) * 8;
+			if (KEEP) st_keep16(d, v); else st_stream16(d, v);
+		}
+		__syncthreads(); // every thread has read stage s
+		if (tid == 0 && c + (uint64_t)BULK_S * gridDim.x < nch) fetch(c + (uint64_t)BULK_S * gridDim.x, s);
+	}
+	const uint64_t done = nch * BULK_CH * 8;
+	decode_f12_span<KEEP>(sm + done, code + done / 2, dst + done, n - done, base);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_bulk(const glyd_kparams p) {
+	const uint64_t first = (uint64_t)p.row0 * (uint64_t)p.K;
+	const uint8_t *sm = (const uint8_t *)p.sm + first;
+	const uint8_t *code = (const uint8_t *)p.code + first / 2;
+	if (p.K > 0)
+		decode_f12_bulk_span<true>(sm, code, (uint16_t *)p.dst, p.n, p.base);
+	else
+		decode_f12_bulk_span<false>(sm, code, (uint16_t *)p.dst, p.n, p.base);
 }
 
 // Escape index for the fused kernels (built once when a tensor is placed on

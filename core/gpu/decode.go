@@ -49,6 +49,32 @@ func gridFor(work uint64, per uint64, cap int) uint32 {
 	return uint32(b)
 }
 
+// bulkChunk and bulkSmem are glyd_decode_f12_bulk's chunk (units of 8
+// elements) and dynamic shared memory (kernels/decode.cu, BULK_CH, BULK_SMEM).
+const (
+	bulkChunk = 1024
+	bulkSmem  = 4 * 12 * bulkChunk
+)
+
+// launchDecodeF12 decodes cnt fixed12 elements from element first of the
+// group of p (p.dst, p.n, and for a row range p.row0 and p.K set) with the
+// fastest kernel their alignment allows: on sm_90 the bulk copy engine's
+// (16-byte aligned planes, at least one chunk), else the vector kernel
+// (8-byte sm, 4-byte code), else one element per thread. One block per
+// multiprocessor for the bulk kernel: 48 KiB in flight each are enough
+// (python/benchmarks/decode_bw.cu: as fast as four).
+func launchDecodeF12(dev int, d *device, stream uintptr, p *C.glyd_kparams, first, cnt uint64) error {
+	sm, code, sms := uint64(p.sm)+first, uint64(p.code)+first/2, d.info.SMs
+	switch {
+	case first%8 != 0 || sm%8 != 0 || code%4 != 0 || uint64(p.dst)%16 != 0 || cnt < 8:
+		return launch(dev, kDecodeF12Scalar, gridFor(cnt, 256, sms*16), 1, 1, 256, 0, stream, p)
+	case d.hopper() && sm%16 == 0 && code%16 == 0 && cnt >= 8*bulkChunk:
+		return launch(dev, kDecodeF12Bulk, gridFor(cnt/8, bulkChunk, sms), 1, 1, 256, bulkSmem, stream, p)
+	default:
+		return launch(dev, kDecodeF12Vec, gridFor(cnt/8, 256*12, sms*3), 1, 1, 256, 0, stream, p)
+	}
+}
+
 // Decode writes the bf16 bits of group g of t (AllGroups: the whole tensor,
 // groups in order) to dst, a device buffer of Elements(g)*2 bytes, on the
 // caller's stream. Bit-exact for every input the codec produces. Launches one
@@ -83,11 +109,7 @@ func Decode(dev int, stream uintptr, t *DeviceTensor, g int, dst uintptr) error 
 		sms := d.info.SMs
 		switch t.Layout {
 		case codec.Fixed12:
-			if uint64(p.sm)%8 == 0 && uint64(p.code)%4 == 0 && uint64(p.dst)%16 == 0 && n >= 8 {
-				err = launch(dev, kDecodeF12Vec, gridFor(n/8, 256*12, sms*3), 1, 1, 256, 0, stream, &p)
-			} else {
-				err = launch(dev, kDecodeF12Scalar, gridFor(n, 256, sms*16), 1, 1, 256, 0, stream, &p)
-			}
+			err = launchDecodeF12(dev, d, stream, &p, 0, n)
 		case codec.Smallest:
 			err = launch(dev, kDecodeSmall, gridFor(n, 4096, sms*16), 1, 1, 256, 0, stream, &p)
 		}
@@ -217,14 +239,8 @@ func DecodeRows(dev int, stream uintptr, t *DeviceTensor, row0, rows int64, dst 
 	p.N = C.glyd_i64(rows)
 	p.K = C.glyd_i64(k)
 	sms := d.info.SMs
-	// The kernels read from element first = row0*K of the group (p.row0, p.K);
-	// the vector kernel needs its sm and code loads aligned.
-	if first%8 == 0 && (uint64(p.sm)+first)%8 == 0 && (uint64(p.code)+first/2)%4 == 0 && dst%16 == 0 && cnt >= 8 {
-		err = launch(dev, kDecodeF12Vec, gridFor(cnt/8, 256*12, sms*3), 1, 1, 256, 0, stream, &p)
-	} else {
-		err = launch(dev, kDecodeF12Scalar, gridFor(cnt, 256, sms*16), 1, 1, 256, 0, stream, &p)
-	}
-	if err != nil || g.Escapes == 0 {
+	// The kernels read from element first = row0*K of the group (p.row0, p.K).
+	if err = launchDecodeF12(dev, d, stream, &p, first, cnt); err != nil || g.Escapes == 0 {
 		return err
 	}
 	p.escrows = C.glyd_u64(t.EscRows)

@@ -148,6 +148,7 @@ var kernelNames = []string{
 	"glyd_lin_xperm_t64",
 	"glyd_lin_xperm_t128",
 	"glyd_lin_xperm_t256",
+	"glyd_decode_f12_bulk",
 }
 
 const (
@@ -182,6 +183,7 @@ const (
 	kLinXperm // glyd_lin_xperm_t{64,128,256}: xpermKernel
 	_
 	_
+	kDecodeF12Bulk
 	kLinFirst // the linear configurations of linear.go follow, each name, name_safe, name_many, name_many_safe,
 	// then the grouped ones of moe.go (kGroupedFirst)
 )

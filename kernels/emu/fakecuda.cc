@@ -166,6 +166,9 @@ static kern kernels[] = {
     {"glyd_pack_small", glyd_pack_small},
     {"glyd_decode_f12_vec", emu_decode::glyd_decode_f12_vec},
     {"glyd_decode_f12_scalar", emu_decode::glyd_decode_f12_scalar},
+    // The bulk-copy kernel has the vec kernel's contract and parameters (its
+    // copies into shared memory are sm_90a PTX, not emulated).
+    {"glyd_decode_f12_bulk", emu_decode::glyd_decode_f12_vec},
     {"glyd_escape_scatter", emu_decode::glyd_escape_scatter},
     {"glyd_escape_scatter_rows", emu_decode::glyd_escape_scatter_rows},
     {"glyd_escape_rows", emu_decode::glyd_escape_rows},

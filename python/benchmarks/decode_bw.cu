@@ -9,8 +9,9 @@
  *        python/benchmarks/decode_bw.cu && /tmp/decode_bw [MIB_OF_BF16]
  *
  * Prints one line per variant: ms per decode (median of 15), TB/s of bf16
- * written and TB/s moved (1.5 bytes read + 2 written per weight), and the
- * number of output words that differ from the production kernel's (must be 0).
+ * written and TB/s moved (1.5 bytes read + 2 written per weight; the copy
+ * reads 2), and the number of output words that differ from the production
+ * vec kernel's (must be 0).
  */
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +20,6 @@
 #include <vector>
 #include <cuda_runtime.h>
 #include "../../kernels/decode.cu"
-#include "../../kernels/wgmma.cuh"
 
 #define CK(x)                                                                                                  \
 	do {                                                                                                       \
@@ -30,24 +30,16 @@
 		}                                                                                                      \
 	} while (0)
 
-// Grid-stride like production, VEC units of 8 per thread, MINB blocks per SM
-// (launch bounds), CS: streaming stores, BLOCKED: a block's VEC units of one
-// step are one contiguous run of VEC*256 units instead of VEC grid strides.
-template <int VEC_, int MINB, bool CS, bool BLOCKED>
+// The vec kernel's loop with VEC_ units of 8 per thread and MINB blocks per SM
+// (launch bounds).
+template <int VEC_, int MINB>
 __global__ void __launch_bounds__(256, MINB) v_stride(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t nu,
                                                       uint32_t base) {
 	const uint32_t B4 = base * 0x01010101u;
 	const uint64_t grid = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t step = 0;; step++) {
-		uint64_t u0;
-		uint64_t js;
-		if (BLOCKED) {
-			u0 = ((uint64_t)blockIdx.x + step * gridDim.x) * (VEC_ * 256) + threadIdx.x;
-			js = 256;
-		} else {
-			u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x + step * grid * VEC_;
-			js = grid;
-		}
+		const uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x + step * grid * VEC_;
+		const uint64_t js = grid;
 		if (u0 >= nu) break;
 		uint2 s[VEC_];
 		uint32_t c[VEC_];
@@ -64,47 +56,16 @@ __global__ void __launch_bounds__(256, MINB) v_stride(const uint8_t *sm, const u
 			const uint64_t u = u0 + j * js;
 			if (u < nu) {
 				const uint4 v = decode8(s[j].x, s[j].y, c[j], B4);
-				if (CS) st_stream16(dst + u * 8, v); else st_keep16(dst + u * 8, v);
+				st_stream16(dst + u * 8, v);
 			}
 		}
 	}
 }
 
-// 16 elements per unit: one 16-byte load of sm bytes and one 8-byte load of
-// codes per unit; two 16-byte stores (32 bytes apart per lane).
-template <int VEC_, int MINB>
-__global__ void __launch_bounds__(256, MINB) v_wide(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t nu16,
-                                                    uint32_t base) {
-	const uint32_t B4 = base * 0x01010101u;
-	const uint64_t grid = (uint64_t)gridDim.x * blockDim.x;
-	for (uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u0 < nu16; u0 += grid * VEC_) {
-		uint4 s[VEC_];
-		uint2 c[VEC_];
-#pragma unroll
-		for (int j = 0; j < VEC_; j++) {
-			const uint64_t u = u0 + j * grid;
-			if (u < nu16) {
-				s[j] = ld_stream16(sm + u * 16);
-				c[j] = ld_stream8(code + u * 8);
-			}
-		}
-#pragma unroll
-		for (int j = 0; j < VEC_; j++) {
-			const uint64_t u = u0 + j * grid;
-			if (u < nu16) {
-				st_stream16(dst + u * 16, decode8(s[j].x, s[j].y, c[j].x, B4));
-				st_stream16(dst + u * 16 + 8, decode8(s[j].z, s[j].w, c[j].y, B4));
-			}
-		}
-	}
-}
-
-// The bulk copy engine: chunks of CH units (8*CH sm bytes, 4*CH code bytes)
-// copied into S shared-memory stages by one thread, completing on an
-// mbarrier each; every thread decodes CH/256 units of a chunk from shared
-// memory. BULKST: the bf16 goes to a shared buffer (two, alternating) that one
-// thread stores with a bulk copy; else each thread stores its 16 bytes.
-// Persistent: block b takes chunks b, b + grid, ...; nu % CH == 0.
+// glyd_decode_f12_bulk's pipeline (chunks of CH units in S stages) with the
+// bf16 also going through shared memory: written to one of two alternating
+// buffers that one thread stores with a bulk copy (BULKST; else each thread
+// stores its 16 bytes, as the production kernel does). nu % CH == 0.
 template <int CH, int S, bool BULKST>
 __global__ void __launch_bounds__(256) v_bulk(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t nu,
                                               uint32_t base) {
@@ -200,8 +161,9 @@ struct Bufs {
 	int sms;
 };
 
+// moved: bytes read and written per weight (3.5 for a decode, 4 for the copy).
 template <class F>
-static void timed(const char *name, const Bufs &b, F launch) {
+static void timed(const char *name, const Bufs &b, F launch, double moved = 3.5) {
 	CK(cudaMemset(b.out, 0xff, b.n * 2));
 	launch();
 	CK(cudaGetLastError());
@@ -228,7 +190,7 @@ static void timed(const char *name, const Bufs &b, F launch) {
 	std::sort(ms.begin(), ms.end());
 	const double t = ms[ms.size() / 2];
 	printf("%-34s %8.3f ms  %5.3f TB/s written  %5.3f TB/s moved  diff %llu\n", name, t, 2.0 * b.n / t / 1e9,
-	       3.5 * b.n / t / 1e9, h);
+	       moved * b.n / t / 1e9, h);
 	fflush(stdout);
 }
 
@@ -270,21 +232,13 @@ int main(int argc, char **argv) {
 	CK(cudaDeviceSynchronize());
 	p.dst = (uintptr_t)b.out;
 	const uint64_t nu = b.n / 8;
-	timed("copy (D2D, 2n bytes: moved = 4n)", b, [&] { CK(cudaMemcpyAsync(b.out, b.ref, b.n * 2, cudaMemcpyDeviceToDevice)); });
+	timed("copy of the bf16 (device to device)", b, [&] { CK(cudaMemcpyAsync(b.out, b.ref, b.n * 2, cudaMemcpyDeviceToDevice)); }, 4.0);
 	timed("production glyd_decode_f12_vec", b, [&] { glyd_decode_f12_vec<<<b.sms * 3, 256>>>(p); });
-	timed("stride v12 3/SM keep-stores", b, [&] { v_stride<12, 3, false, false><<<b.sms * 3, 256>>>(b.sm, b.code, b.out, nu, b.base); });
-	timed("stride v8 4/SM", b, [&] { v_stride<8, 4, true, false><<<b.sms * 4, 256>>>(b.sm, b.code, b.out, nu, b.base); });
-	timed("stride v16 2/SM", b, [&] { v_stride<16, 2, true, false><<<b.sms * 2, 256>>>(b.sm, b.code, b.out, nu, b.base); });
-	timed("blocked v12 3/SM", b, [&] { v_stride<12, 3, true, true><<<b.sms * 3, 256>>>(b.sm, b.code, b.out, nu, b.base); });
-	timed("blocked v8 4/SM", b, [&] { v_stride<8, 4, true, true><<<b.sms * 4, 256>>>(b.sm, b.code, b.out, nu, b.base); });
-	timed("wide16 v6 3/SM", b, [&] { v_wide<6, 3><<<b.sms * 3, 256>>>(b.sm, b.code, b.out, nu / 2, b.base); });
-	timed("wide16 v4 4/SM", b, [&] { v_wide<4, 4><<<b.sms * 4, 256>>>(b.sm, b.code, b.out, nu / 2, b.base); });
-	bulk<1024, 4, false>("bulk ch1024 s4 reg-stores", b, 8);
-	bulk<1024, 6, false>("bulk ch1024 s6 reg-stores", b, 8);
-	bulk<2048, 4, false>("bulk ch2048 s4 reg-stores", b, 8);
+	CK(cudaFuncSetAttribute(glyd_decode_f12_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, BULK_SMEM));
+	timed("production glyd_decode_f12_bulk", b, [&] { glyd_decode_f12_bulk<<<b.sms, 256, BULK_SMEM>>>(p); });
+	timed("vec loop, 16 units, 2/SM", b, [&] { v_stride<16, 2><<<b.sms * 2, 256>>>(b.sm, b.code, b.out, nu, b.base); });
+	bulk<1024, 4, false>("bulk ch1024 s4 reg-stores 4/SM", b, 4);
 	bulk<1024, 4, true>("bulk ch1024 s4 bulk-stores", b, 8);
-	bulk<2048, 3, true>("bulk ch2048 s3 bulk-stores", b, 8);
 	bulk<512, 6, true>("bulk ch512 s6 bulk-stores", b, 8);
-	bulk<1024, 4, false>("bulk ch1024 s4 reg-stores 1/SM", b, 1);
 	return 0;
 }

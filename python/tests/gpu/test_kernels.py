@@ -72,7 +72,7 @@ def check_decode(w_cpu, layout, groups=1):
 
 
 @pytest.mark.parametrize("layout", ["fixed12", "smallest"])
-@pytest.mark.parametrize("shape", [(1000, 777), (4096, 4096), (3, 5), (1, 31), (64, 33)])
+@pytest.mark.parametrize("shape", [(1000, 777), (4096, 4096), (129, 1031), (3, 5), (1, 31), (64, 33)])
 def test_decode_random(layout, shape):
     check_decode(weights(shape, seed=hash(shape) % 1000), layout)
 
