@@ -160,6 +160,10 @@ __device__ __forceinline__ uint32_t ld_u32(const void *p) {
 	asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
 	return v;
 }
+// One record of the escape index into r (immutable: the non-coherent path).
+__device__ __forceinline__ void ld_record(uint2 &r, const uint2 *p) {
+	asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+}
 
 template <int MT, int U>
 struct WBatch {
@@ -217,7 +221,7 @@ struct FirstEscape {
 		}
 	}
 	__device__ __forceinline__ void fetch(const glyd_kparams &p) {
-		if (e0 < e1) asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"((const uint2 *)p.escrecs + e0));
+		if (e0 < e1) ld_record(r, (const uint2 *)p.escrecs + e0);
 	}
 };
 
@@ -730,7 +734,7 @@ struct RowEscapes {
 	// rec: the weight's escape records (p.escrecs), for every call.
 	__device__ __forceinline__ uint2 fetch(const uint2 *rec) {
 		uint2 r = make_uint2(~0u, 0u);
-		if (e < e1) asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(rec + e));
+		if (e < e1) ld_record(r, rec + e);
 		e++;
 		return r;
 	}
