@@ -90,18 +90,19 @@ constexpr int VEC = 12;
 // The loop of glyd_decode_f12_vec over n elements, grid-stride along x (the
 // experts kernel of moe.cu runs it once per expert along y). KEEP: plain
 // stores that leave the output in L2 (a row-range tile a GEMM reads next);
-// otherwise streaming stores (evict-first).
-template <bool KEEP = false>
+// otherwise streaming stores (evict-first). V: units per thread and step
+// (python/benchmarks/decode_bw.cu measures others).
+template <bool KEEP = false, int V = VEC>
 __device__ __forceinline__ void decode_f12_span(const uint8_t *sm, const uint8_t *code, uint16_t *dst,
                                                 const uint64_t n, const uint32_t base) {
 	const uint64_t nu = n / 8;
 	const uint32_t B4 = base * 0x01010101u;
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-	for (uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u0 < nu; u0 += stride * VEC) {
-		uint2 s[VEC];
-		uint32_t c[VEC];
+	for (uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u0 < nu; u0 += stride * V) {
+		uint2 s[V];
+		uint32_t c[V];
 #pragma unroll
-		for (int j = 0; j < VEC; j++) {
+		for (int j = 0; j < V; j++) {
 			const uint64_t u = u0 + j * stride;
 			if (u < nu) {
 				s[j] = ld_stream8(sm + u * 8);
@@ -109,7 +110,7 @@ __device__ __forceinline__ void decode_f12_span(const uint8_t *sm, const uint8_t
 			}
 		}
 #pragma unroll
-		for (int j = 0; j < VEC; j++) {
+		for (int j = 0; j < V; j++) {
 			const uint64_t u = u0 + j * stride;
 			if (u < nu) {
 				const uint4 v = decode8(s[j].x, s[j].y, c[j], B4);
@@ -294,51 +295,59 @@ extern "C" __global__ void __launch_bounds__(256) glyd_decode_small(const glyd_k
 // writes 2.07 and a device-to-device copy 2.10 (python/benchmarks/decode_bw.cu,
 // H200). Persistent: block b takes chunks b, b + grid, ...; the units after
 // the last whole chunk (and the last n % 8 elements) go through the vec loop.
+// CH, S: chunk units and stages (decode_bw.cu measures others).
 constexpr int BULK_CH = 1024;
 constexpr int BULK_S = 4;
 constexpr int BULK_SMEM = BULK_S * 12 * BULK_CH; // dynamic shared memory of a block
 
-template <bool KEEP>
+// Unit u of a chunk of CH units staged at shared address st (8 * CH sm
+// bytes, then 4 * CH code bytes), decoded.
+template <int CH>
+__device__ __forceinline__ uint4 decode_staged(uint32_t st, uint32_t u, uint32_t B4) {
+	uint32_t a, b, cw;
+	asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(a), "=r"(b) : "r"(st + 8 * u));
+	asm volatile("ld.shared.u32 %0, [%1];" : "=r"(cw) : "r"(st + 8 * CH + 4 * u));
+	return decode8(a, b, cw, B4);
+}
+
+template <bool KEEP, int CH = BULK_CH, int S = BULK_S>
 __device__ __forceinline__ void decode_f12_bulk_span(const uint8_t *sm, const uint8_t *code, uint16_t *dst,
                                                      const uint64_t n, const uint32_t base) {
 #ifdef GLYD_WGMMA
 	extern __shared__ __align__(128) uint8_t stages[];
-	__shared__ __align__(8) uint64_t full[BULK_S];
+	__shared__ __align__(8) uint64_t full[S];
 	const uint32_t B4 = base * 0x01010101u;
 	const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(stages);
 	const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(full);
-	const uint64_t nch = n / 8 / BULK_CH;
+	const uint64_t nch = n / 8 / CH;
 	const int tid = threadIdx.x;
 	// Chunk c into stage s (one thread).
 	auto fetch = [&](uint64_t c, int s) {
-		mbar_expect_bytes(bar0 + 8 * s, 12 * BULK_CH);
-		bulk_copy(s0 + s * 12 * BULK_CH, sm + c * 8 * BULK_CH, 8 * BULK_CH, bar0 + 8 * s);
-		bulk_copy(s0 + s * 12 * BULK_CH + 8 * BULK_CH, code + c * 4 * BULK_CH, 4 * BULK_CH, bar0 + 8 * s);
+		mbar_expect_bytes(bar0 + 8 * s, 12 * CH);
+		bulk_copy(s0 + s * 12 * CH, sm + c * 8 * CH, 8 * CH, bar0 + 8 * s);
+		bulk_copy(s0 + s * 12 * CH + 8 * CH, code + c * 4 * CH, 4 * CH, bar0 + 8 * s);
 	};
 	if (tid == 0) {
-		for (int s = 0; s < BULK_S; s++) mbar_init(bar0 + 8 * s, 1);
-		for (int s = 0; s < BULK_S; s++)
+		for (int s = 0; s < S; s++) mbar_init(bar0 + 8 * s, 1);
+		for (int s = 0; s < S; s++)
 			if (blockIdx.x + (uint64_t)s * gridDim.x < nch) fetch(blockIdx.x + (uint64_t)s * gridDim.x, s);
 	}
 	__syncthreads(); // the barriers are initialized before anyone waits
 	for (uint64_t i = 0, c = blockIdx.x; c < nch; i++, c += gridDim.x) {
-		const int s = i % BULK_S;
-		const uint32_t st = s0 + s * 12 * BULK_CH;
-		mbar_wait(bar0 + 8 * s, (i / BULK_S) & 1);
+		const int s = i % S;
+		const uint32_t st = s0 + s * 12 * CH;
+		mbar_wait(bar0 + 8 * s, (i / S) & 1);
 #pragma unroll
-		for (int j = 0; j < BULK_CH / 256; j++) {
+		for (int j = 0; j < CH / 256; j++) {
 			const uint32_t u = j * 256 + tid;
-			uint32_t a, b, cw;
-			asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(a), "=r"(b) : "r"(st + 8 * u));
-			asm volatile("ld.shared.u32 %0, [%1];" : "=r"(cw) : "r"(st + 8 * BULK_CH + 4 * u));
-			const uint4 v = decode8(a, b, cw, B4);
-			uint16_t *d = dst + (c * BULK_CH + u) * 8;
+			const uint4 v = decode_staged<CH>(st, u, B4);
+			uint16_t *d = dst + (c * CH + u) * 8;
 			if (KEEP) st_keep16(d, v); else st_stream16(d, v);
 		}
 		__syncthreads(); // every thread has read stage s
-		if (tid == 0 && c + (uint64_t)BULK_S * gridDim.x < nch) fetch(c + (uint64_t)BULK_S * gridDim.x, s);
+		if (tid == 0 && c + (uint64_t)S * gridDim.x < nch) fetch(c + (uint64_t)S * gridDim.x, s);
 	}
-	const uint64_t done = nch * BULK_CH * 8;
+	const uint64_t done = nch * CH * 8;
 	decode_f12_span<KEEP>(sm + done, code + done / 2, dst + done, n - done, base);
 #endif
 }

@@ -30,44 +30,25 @@
 		}                                                                                                      \
 	} while (0)
 
-// The vec kernel's loop with VEC_ units of 8 per thread and MINB blocks per SM
-// (launch bounds).
-template <int VEC_, int MINB>
-__global__ void __launch_bounds__(256, MINB) v_stride(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t nu,
+// The production loops with other parameters: the vec kernel's with V units
+// per thread at MINB blocks per SM, the bulk kernel's with chunks of CH units
+// in S stages.
+template <int V, int MINB>
+__global__ void __launch_bounds__(256, MINB) v_stride(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t n,
                                                       uint32_t base) {
-	const uint32_t B4 = base * 0x01010101u;
-	const uint64_t grid = (uint64_t)gridDim.x * blockDim.x;
-	for (uint64_t step = 0;; step++) {
-		const uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x + step * grid * VEC_;
-		const uint64_t js = grid;
-		if (u0 >= nu) break;
-		uint2 s[VEC_];
-		uint32_t c[VEC_];
-#pragma unroll
-		for (int j = 0; j < VEC_; j++) {
-			const uint64_t u = u0 + j * js;
-			if (u < nu) {
-				s[j] = ld_stream8(sm + u * 8);
-				c[j] = ld_stream4(code + u * 4);
-			}
-		}
-#pragma unroll
-		for (int j = 0; j < VEC_; j++) {
-			const uint64_t u = u0 + j * js;
-			if (u < nu) {
-				const uint4 v = decode8(s[j].x, s[j].y, c[j], B4);
-				st_stream16(dst + u * 8, v);
-			}
-		}
-	}
+	decode_f12_span<false, V>(sm, code, dst, n, base);
+}
+template <int CH, int S>
+__global__ void __launch_bounds__(256) v_bulk_regs(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t n,
+                                                   uint32_t base) {
+	decode_f12_bulk_span<false, CH, S>(sm, code, dst, n, base);
 }
 
 // glyd_decode_f12_bulk's pipeline (chunks of CH units in S stages) with the
 // bf16 also going through shared memory: written to one of two alternating
-// buffers that one thread stores with a bulk copy (BULKST; else each thread
-// stores its 16 bytes, as the production kernel does). nu % CH == 0.
-template <int CH, int S, bool BULKST>
-__global__ void __launch_bounds__(256) v_bulk(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t nu,
+// buffers that one thread stores with a bulk copy. nu % CH == 0.
+template <int CH, int S>
+__global__ void __launch_bounds__(256) v_bulk_stores(const uint8_t *sm, const uint8_t *code, uint16_t *dst, uint64_t nu,
                                               uint32_t base) {
 #ifdef GLYD_WGMMA
 	extern __shared__ __align__(128) uint8_t sh[];
@@ -95,35 +76,24 @@ __global__ void __launch_bounds__(256) v_bulk(const uint8_t *sm, const uint8_t *
 		const int s = i % S;
 		const uint32_t st = s0 + s * 12 * CH;
 		const uint32_t ob = outb + (i & 1) * 16 * CH;
-		if (BULKST) {
-			// the bulk store of chunk i - 2 has read this buffer
-			if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-			__syncthreads();
-		}
+		// the bulk store of chunk i - 2 has read this buffer
+		if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+		__syncthreads();
 		mbar_wait(bars + 8 * s, (i / S) & 1);
 #pragma unroll
 		for (int j = 0; j < CH / 256; j++) {
 			const uint32_t u = j * 256 + tid;
-			uint32_t a, b, cw;
-			asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(a), "=r"(b) : "r"(st + 8 * u));
-			asm volatile("ld.shared.u32 %0, [%1];" : "=r"(cw) : "r"(st + 8 * CH + 4 * u));
-			const uint4 v = decode8(a, b, cw, B4);
-			if (BULKST)
-				asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(ob + 16 * u), "r"(v.x), "r"(v.y), "r"(v.z),
-				             "r"(v.w)
-				             : "memory");
-			else
-				st_stream16(dst + (c * CH + u) * 8, v);
+			const uint4 v = decode_staged<CH>(st, u, B4);
+			asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(ob + 16 * u), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+			             : "memory");
 		}
-		if (BULKST) fence_proxy_async();
+		fence_proxy_async();
 		__syncthreads(); // stage s read by all; the output buffer written
 		if (tid == 0) {
-			if (BULKST) {
-				asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + c * CH * 8),
-				             "r"(ob), "r"(16 * CH)
-				             : "memory");
-				asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-			}
+			asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst + c * CH * 8), "r"(ob),
+			             "r"(16 * CH)
+			             : "memory");
+			asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 			const uint64_t c2 = c + (uint64_t)S * gridDim.x;
 			if (c2 < nch) {
 				mbar_expect_bytes(bars + 8 * s, 12 * CH);
@@ -132,7 +102,7 @@ __global__ void __launch_bounds__(256) v_bulk(const uint8_t *sm, const uint8_t *
 			}
 		}
 	}
-	if (BULKST && tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+	if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
 }
 
@@ -194,16 +164,16 @@ static void timed(const char *name, const Bufs &b, F launch, double moved = 3.5)
 	fflush(stdout);
 }
 
-template <int CH, int S, bool BULKST>
-static void bulk(const char *name, const Bufs &b, int per_sm) {
-	const int smem = S * 12 * CH + 128 + (BULKST ? 2 * 16 * CH : 0);
-	CK(cudaFuncSetAttribute(v_bulk<CH, S, BULKST>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+// A kernel with dynamic shared memory smem at min(its occupancy, per_sm) blocks per SM.
+template <class K>
+static void with_smem(const char *name, const Bufs &b, K kernel, int smem, int per_sm, uint64_t n_or_units) {
+	CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 	int occ = 0;
-	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, v_bulk<CH, S, BULKST>, 256, smem));
+	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, 256, smem));
 	char full[96];
 	snprintf(full, sizeof full, "%s (%d KiB, %d/SM)", name, smem >> 10, std::min(occ, per_sm));
 	const int grid = b.sms * std::min(occ, per_sm);
-	timed(full, b, [&] { v_bulk<CH, S, BULKST><<<grid, 256, smem>>>(b.sm, b.code, b.out, b.n / 8, b.base); });
+	timed(full, b, [&] { kernel<<<grid, 256, smem>>>(b.sm, b.code, b.out, n_or_units, b.base); });
 }
 
 int main(int argc, char **argv) {
@@ -236,9 +206,9 @@ int main(int argc, char **argv) {
 	timed("production glyd_decode_f12_vec", b, [&] { glyd_decode_f12_vec<<<b.sms * 3, 256>>>(p); });
 	CK(cudaFuncSetAttribute(glyd_decode_f12_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, BULK_SMEM));
 	timed("production glyd_decode_f12_bulk", b, [&] { glyd_decode_f12_bulk<<<b.sms, 256, BULK_SMEM>>>(p); });
-	timed("vec loop, 16 units, 2/SM", b, [&] { v_stride<16, 2><<<b.sms * 2, 256>>>(b.sm, b.code, b.out, nu, b.base); });
-	bulk<1024, 4, false>("bulk ch1024 s4 reg-stores 4/SM", b, 4);
-	bulk<1024, 4, true>("bulk ch1024 s4 bulk-stores", b, 8);
-	bulk<512, 6, true>("bulk ch512 s6 bulk-stores", b, 8);
+	timed("vec loop, 16 units, 2/SM", b, [&] { v_stride<16, 2><<<b.sms * 2, 256>>>(b.sm, b.code, b.out, b.n, b.base); });
+	with_smem("bulk ch1024 s4 reg-stores", b, v_bulk_regs<1024, 4>, 4 * 12 * 1024, 4, b.n);
+	with_smem("bulk ch1024 s4 bulk-stores", b, v_bulk_stores<1024, 4>, 4 * 12 * 1024 + 128 + 2 * 16 * 1024, 8, nu);
+	with_smem("bulk ch512 s6 bulk-stores", b, v_bulk_stores<512, 6>, 6 * 12 * 512 + 128 + 2 * 16 * 512, 8, nu);
 	return 0;
 }
