@@ -83,34 +83,30 @@ func (m *fakeMemory) weight(t *testing.T, rnd func() uint32, n, k int64, every u
 			t.Fatal(err)
 		}
 		d.EscRows = addr(idx)
-		checkEscapeIndex(t, idx, w, n, k, uint32(pk.Groups[0].Base))
+		checkEscapeIndex(t, idx, pk, w, n, k)
 	}
 	return d, w
 }
 
-// checkEscapeIndex checks an escape index built on the fake device against the
-// weight's bf16 bits w [n, k]: the rows' ranges cover the records in order,
-// and each row's records hold its escapes (the weights whose exponent is
-// outside the window [base, base + 14]) in k order with their true bits.
-func checkEscapeIndex(t *testing.T, idx []byte, w []uint16, n, k int64, base uint32) {
+// checkEscapeIndex checks an escape index built on the fake device against
+// the packed tensor pk (one group) and its bf16 bits w [n, k]: record e is
+// the codec's escape e (PlaneEscIdx), {its column, its true bits}, and row
+// r's range holds exactly the escapes of row r.
+func checkEscapeIndex(t *testing.T, idx []byte, pk *codec.Tensor, w []uint16, n, k int64) {
 	t.Helper()
-	u32 := func(off uint64) uint32 { return binary.LittleEndian.Uint32(idx[off:]) }
+	u32 := func(b []byte, off uint64) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
+	esc := pk.Planes[codec.PlaneEscIdx]
 	recs := escRowsBytes(n)
 	for r := int64(0); r < n; r++ {
-		e := uint64(u32(4 * uint64(r)))
-		for c := int64(0); c < k; c++ {
-			bits := uint32(w[r*k+c])
-			if x := bits >> 7 & 0xff; x >= base && x <= base+14 {
-				continue
+		for e := uint64(u32(idx, 4*uint64(r))); e < uint64(u32(idx, 4*uint64(r+1))); e++ {
+			i := int64(u32(esc, codec.EscIdxBytes*e))
+			if i/k != r || u32(idx, recs+8*e) != uint32(i%k) || u32(idx, recs+8*e+4) != uint32(w[i]) {
+				t.Fatalf("row %d, record %d: {%d, %#x}, the codec's escape is element %d", r, e, u32(idx, recs+8*e), u32(idx, recs+8*e+4), i)
 			}
-			if e >= uint64(u32(4*uint64(r+1))) || u32(recs+8*e) != uint32(c) || u32(recs+8*e+4) != bits {
-				t.Fatalf("row %d: escape at k=%d (bits %#x) is not record %d", r, c, bits, e)
-			}
-			e++
 		}
-		if e != uint64(u32(4*uint64(r+1))) {
-			t.Fatalf("row %d: %d records, range ends at %d", r, e, u32(4*uint64(r+1)))
-		}
+	}
+	if first, last := u32(idx, 0), uint64(u32(idx, 4*uint64(n))); first != 0 || last != pk.Groups[0].Escapes {
+		t.Fatalf("the rows' ranges cover records [%d, %d), the tensor has %d escapes", first, last, pk.Groups[0].Escapes)
 	}
 }
 
