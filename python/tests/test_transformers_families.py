@@ -194,10 +194,10 @@ def test_experts_implementations(impl, tiny_model, packed_dir):
 
 
 def test_what_stays_unpacked(packed_dir):
-    """lm_head, embeddings, norms and routers stay raw; linears and experts are packed."""
+    """Embeddings, norms and routers stay raw; linears (an untied lm_head too) and experts are packed."""
     with glyd.Reader(packed_dir("mixtral")) as r:
         layouts = {n: r.info(n).layout for n in r.names()}
-    assert layouts["lm_head.weight"] == "raw"
+    assert layouts["lm_head.packed_weight"] == "fixed12" and "lm_head.weight" not in layouts
     assert layouts["model.embed_tokens.weight"] == "raw"
     assert layouts["model.layers.0.mlp.gate.weight"] == "raw"
     assert layouts["model.layers.0.self_attn.q_proj.packed_weight"] != "raw"
@@ -210,4 +210,40 @@ def test_linear_modules_are_glyd_linear(packed_dir):
     m = glyd.from_pretrained(packed_dir("llama"))
     assert isinstance(m.model.layers[0].self_attn.q_proj, GlydLinear)
     assert isinstance(m.model.layers[0].self_attn.q_proj, torch.nn.Linear)
+    assert isinstance(m.lm_head, GlydLinear)  # untied: packed like every Linear
+
+
+def test_raw_lm_head_checkpoint_loads(tmp_path, tiny_model):
+    """A checkpoint whose lm_head is raw (saved before lm_head was packed, or
+    with modules_to_not_convert) loads it as the nn.Linear it is."""
+    model = tiny_model("llama")
+    glyd.save_pretrained(model, tmp_path / "raw-head", modules_to_not_convert=["lm_head"], progress=False)
+    with glyd.Reader(tmp_path / "raw-head") as r:
+        assert r.info("lm_head.weight").layout == "raw"
+    m = glyd.from_pretrained(tmp_path / "raw-head")
     assert type(m.lm_head) is torch.nn.Linear
+    assert isinstance(m.model.layers[0].self_attn.q_proj, GlydLinear)
+    inputs = model_inputs("llama")
+    with torch.no_grad():
+        assert torch.equal(model(**inputs).logits, m(**inputs).logits)
+
+
+def test_tied_lm_head_stays_one_tensor(tmp_path):
+    """A tied lm_head is the input embedding's table: both stay raw and stay tied
+    after the round trip, and the logits are the bf16 model's."""
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=99, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM._from_config(cfg, dtype=torch.bfloat16).eval()
+    glyd.save_pretrained(model, tmp_path / "tied", progress=False)
+    with glyd.Reader(tmp_path / "tied") as r:
+        layouts = {n: r.info(n).layout for n in r.names()}
+    assert layouts["model.embed_tokens.weight"] == "raw"
+    assert not any(n.startswith("lm_head.") for n in layouts)  # saved once, as the embedding
+    m = glyd.from_pretrained(tmp_path / "tied")
+    assert type(m.lm_head) is torch.nn.Linear and m.lm_head.weight is m.model.embed_tokens.weight
+    ids = torch.randint(3, 99, (2, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, m(input_ids=ids).logits)

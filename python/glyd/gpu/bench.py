@@ -574,10 +574,10 @@ def table2(args, rep, bf16, glyd_model):
                "Glyd linears ms (share)", "linears Glyd/bf16", "logits rel. err"], rows,
               [f"One CUDA graph per step (model forward with StaticCache, {args.step_cache} slots, new token at "
                f"position {args.step_ctx}; random keys/values), median of {args.reps} replays. Linears: a graph of "
-               f"the model's {res[0].get('linears', '?')} linear modules alone (lm_head included, bf16 in both) on "
+               f"the model's {res[0].get('linears', '?')} linear modules alone (lm_head included) on "
                f"inputs of the step's shape; share = linears / step. {STEP_NOTE}. Target: <= 0.87 at 1 sequence.",
                f"GPU memory of the models (parameters + buffers): bf16 {mb / 1e9:.2f} GB, Glyd fixed12 "
-               f"{mg / 1e9:.2f} GB ({mg / mb:.3f}; embeddings, lm_head and norms are not packed)."])
+               f"{mg / 1e9:.2f} GB ({mg / mb:.3f}; embeddings and norms are not packed)."])
 
 
 def _table2_row(r):

@@ -28,8 +28,9 @@ Packed (lossless, so packing never changes a result; the choice is about size):
 
 Left unpacked (stored as they are):
 
-* the output embedding (``lm_head``) and every tied weight: tied tensors must
-  stay one tensor (the input embedding is a lookup table, not a Linear);
+* every tied weight, such as an output embedding (``lm_head``) tied to the
+  input embedding: tied tensors must stay one tensor (the input embedding is a
+  lookup table, not a Linear). An untied ``lm_head`` is packed like any Linear;
 * routers (modules whose path contains "router", ``...gate`` Linears of MoE
   blocks, ``shared_expert_gate``): tiny, and read directly by routing code;
 * embeddings, norms, biases, convolutions, scales, buffers, fp32 weights;
@@ -80,8 +81,12 @@ def is_router(name: str, m: nn.Module) -> bool:
 
 
 def default_skips(model: nn.Module) -> set:
-    """Modules never packed: output embeddings and tied weights (transformers'
-    own default for quantizers), as module paths."""
+    """Modules never packed: those of tied weights (a tied output embedding is
+    the input embedding's lookup table: the two must stay one tensor), as
+    module paths. An untied output embedding (lm_head) is an ordinary Linear
+    and is packed: lossless, so nothing of transformers' reason for keeping it
+    out of quantization applies, and at one token it is the largest matrix a
+    step reads."""
     skips = set()
     try:
         tied = getattr(model, "all_tied_weights_keys", None) or {}
@@ -91,10 +96,11 @@ def default_skips(model: nn.Module) -> set:
     except Exception:
         pass
     try:
-        out = model.get_output_embeddings()
+        out, inp = model.get_output_embeddings(), model.get_input_embeddings()
     except Exception:
-        out = None
-    if out is not None:
+        out = inp = None
+    w_out, w_in = getattr(out, "weight", None), getattr(inp, "weight", None)
+    if w_out is not None and w_in is not None and w_out is w_in:  # tied without saying so in the config
         for name, m in model.named_modules():
             if m is out:
                 skips.add(name)

@@ -126,7 +126,7 @@ def save_pretrained(model, save_directory, layout: str = "fixed12", max_shard_si
                     "model.to(torch.bfloat16), if that is what you want (packing is exact for the converted weights)")
         else:
             hint = ("it has no bf16/fp16 weight of an nn.Linear or experts module outside the modules kept "
-                    "unpacked (lm_head, tied weights, routers, modules_to_not_convert)")
+                    "unpacked (tied weights such as a tied lm_head, routers, modules_to_not_convert)")
         raise InvalidArgumentError(
             1, f"nothing to pack in {type(model).__name__}: Glyd packs the bf16/fp16 weights of nn.Linear and "
                f"experts modules, and {hint}.")
