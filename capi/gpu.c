@@ -17,6 +17,10 @@ int glyd_gpu_decode_rows(int device, void *stream, const glyd_gpu_tensor *t, int
                          int64_t rows, void *dst, size_t dst_bytes) {
     return glydgo_gpu_decode_rows(device, stream, (glyd_gpu_tensor *)t, row0, rows, dst, dst_bytes);
 }
+int glyd_gpu_decode_gather(int device, void *stream, const glyd_gpu_tensor *t, const int64_t *ids,
+                           int64_t count, void *dst, size_t dst_bytes) {
+    return glydgo_gpu_decode_gather(device, stream, (glyd_gpu_tensor *)t, (void *)ids, count, dst, dst_bytes);
+}
 int glyd_gpu_escape_index_bytes(const glyd_gpu_tensor *t, size_t *bytes) {
     return glydgo_gpu_escape_index_bytes((glyd_gpu_tensor *)t, bytes);
 }

@@ -145,6 +145,25 @@ func glydgo_gpu_decode_rows(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_t
 	return result(gpu.DecodeRows(int(device), uintptr(stream), d, int64(row0), int64(rows), uintptr(dst)))
 }
 
+//export glydgo_gpu_decode_gather
+func glydgo_gpu_decode_gather(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_tensor, ids unsafe.Pointer, count C.int64_t, dst unsafe.Pointer, dstBytes C.size_t) (rc C.int) {
+	defer guard(&rc)
+	d, err := gpuTensor(t)
+	if err != nil {
+		return fail(err)
+	}
+	if err := rowsArg(count); err != nil {
+		return fail(err)
+	}
+	if sh := d.Shape; len(sh) >= 2 && sh[len(sh)-1] > 0 {
+		hi, need := bits.Mul64(2*uint64(count), uint64(sh[len(sh)-1]))
+		if hi != 0 || uint64(dstBytes) < need {
+			return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_decode_gather: dst_bytes %d < 2 * %d ids * %d", dstBytes, count, sh[len(sh)-1]))
+		}
+	}
+	return result(gpu.DecodeGather(int(device), uintptr(stream), d, uintptr(ids), int64(count), uintptr(dst)))
+}
+
 // sizeOf is the body of the glyd_gpu_*_bytes exports: *bytes = size(t).
 func sizeOf(t *C.glyd_gpu_tensor, bytes *C.size_t, size func(*gpu.DeviceTensor) (uint64, error)) C.int {
 	if bytes == nil {

@@ -345,6 +345,20 @@ int glyd_gpu_decode(int device, void *stream, const glyd_gpu_tensor *t, int64_t 
 int glyd_gpu_decode_rows(int device, void *stream, const glyd_gpu_tensor *t, int64_t row0,
                          int64_t rows, void *dst, size_t dst_bytes);
 
+/* Decodes rows ids[0], ..., ids[count - 1] of t, seen as the matrix [product
+ * of all but the last dimension, K], to bf16 at dst (device, row-major
+ * [count, K]; dst_bytes >= 2 * count * K, else BUFFER_TOO_SMALL): an embedding
+ * lookup from a packed table. Bit-exact, like glyd_gpu_decode.
+ *   ids: device int64 [count], 8-byte aligned; read on the device only, so an
+ *      id outside [0, rows) is not refused: its row of dst is zeros.
+ *   t: fixed12, one group, >= 2 dimensions, K a multiple of 8 with 8-byte
+ *      aligned planes (else UNSUPPORTED: use glyd_gpu_decode), with its escape
+ *      index (t->esc_rows) when it has escapes (INVALID_ARGUMENT otherwise).
+ *   dst: 16-byte aligned. count may be 0.
+ * Enqueues one kernel. */
+int glyd_gpu_decode_gather(int device, void *stream, const glyd_gpu_tensor *t, const int64_t *ids,
+                           int64_t count, void *dst, size_t dst_bytes);
+
 /* Size in bytes of t's escape row index (0 when t has no escapes). t must be a
  * single-group tensor of >= 2 dimensions (the index has one entry per row of
  * the matrix [product of all but the last dimension, last dimension], + 1). */

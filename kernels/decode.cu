@@ -48,6 +48,9 @@
  *                         striding the row's records; grid-stride over rows,
  *                         256 threads. Records with k >= K are skipped (no
  *                         write outside the row).
+ *   glyd_decode_f12_gather fixed12 rows picked by index (an embedding lookup,
+ *                         DecodeGather): decode and escapes of one row per
+ *                         block (at the end of this file).
  *
  * Decode of one bf16 from sign+mantissa byte b and exponent e:
  *   bits = (b & 0x80) << 8 | e << 7 | (b & 0x7f).
@@ -391,5 +394,40 @@ extern "C" __global__ void __launch_bounds__(256) glyd_escape_records(const glyd
 	for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < p.escapes; e += stride) {
 		const uint64_t i = escidx[e];
 		rec[e] = make_uint2((uint32_t)(i % (uint64_t)p.K), bf16_bits(sm[i], escexp[e]));
+	}
+}
+
+// Rows of a fixed12 matrix [p.N, p.K] picked by index (an embedding lookup,
+// DecodeGather): row ids[t] (int64 at p.x, t < p.rows) to dst row t, bit for
+// bit. One block per row t: its threads decode 8 elements at a time (p.K % 8
+// == 0, so every row's planes are 8- and 4-byte aligned and every dst row
+// 16-byte aligned: the host checks), then, after a barrier, write the exact
+// bits of the row's escapes from the fused kernels' escape index (as
+// glyd_escape_scatter_rows; p.escrows = 0: none). An id outside [0, N) gives
+// a row of zeros: the host cannot check ids that live on the device, and a
+// fault would end the process's CUDA context.
+extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_gather(const glyd_kparams p) {
+	const int64_t t = blockIdx.x, K = p.K;
+	const int64_t id = ((const int64_t *)p.x)[t];
+	uint16_t *dst = (uint16_t *)p.dst + t * K;
+	if (id < 0 || id >= p.N) {
+		for (int64_t u = threadIdx.x; u < K / 8; u += blockDim.x) *(uint4 *)(dst + u * 8) = make_uint4(0, 0, 0, 0);
+		return;
+	}
+	const uint8_t *sm = (const uint8_t *)p.sm + id * K;
+	const uint8_t *code = (const uint8_t *)p.code + id * K / 2;
+	const uint32_t B4 = p.base * 0x01010101u;
+	for (int64_t u = threadIdx.x; u < K / 8; u += blockDim.x) {
+		const uint2 s = *(const uint2 *)(sm + u * 8);
+		const uint32_t c = *(const uint32_t *)(code + u * 4);
+		*(uint4 *)(dst + u * 8) = decode8(s.x, s.y, c, B4);
+	}
+	if (!p.escrows) return;
+	__syncthreads(); // the escapes' decoded values are written before their exact ones
+	const uint32_t e1 = ((const uint32_t *)p.escrows)[id + 1];
+	const uint2 *rec = (const uint2 *)p.escrecs;
+	for (uint32_t e = ((const uint32_t *)p.escrows)[id] + threadIdx.x; e < e1; e += blockDim.x) {
+		const uint2 r = rec[e];
+		if (r.x < (uint64_t)K) dst[r.x] = (uint16_t)r.y;
 	}
 }

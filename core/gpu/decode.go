@@ -247,3 +247,56 @@ func DecodeRows(dev int, stream uintptr, t *DeviceTensor, row0, rows int64, dst 
 	p.escrecs = C.glyd_u64(uint64(t.EscRows) + escRowsBytes(n))
 	return launch(dev, kEscapeScatterRows, gridFor(uint64(rows), 8, sms*8), 1, 1, 256, 0, stream, &p)
 }
+
+// DecodeGather writes the bf16 bits of rows ids[0..count) of t, seen as the
+// matrix [product of all but the last dimension, K], to dst (device,
+// count*K*2 bytes, row t of dst = row ids[t] of t) on the caller's stream: an
+// embedding lookup from a packed table. ids: device int64 [count], 8-byte
+// aligned; they are read on the device only, so an id outside [0, rows) can
+// not be refused here: it gives a row of zeros. Bit-exact, like Decode. t:
+// fixed12, one group, K a multiple of 8, 8-byte aligned sm and 4-byte aligned
+// code planes (Unsupported otherwise), with its escape index (BuildEscapeIndex,
+// t.EscRows) when it has escapes. One launch (glyd_decode_f12_gather).
+func DecodeGather(dev int, stream uintptr, t *DeviceTensor, ids uintptr, count int64, dst uintptr) error {
+	if err := t.validate(); err != nil {
+		return err
+	}
+	if t.Layout != codec.Fixed12 {
+		return status.Errorf(status.Unsupported, "gpu: gather takes fixed12 tensors (layout %d); decode the whole tensor instead", t.Layout)
+	}
+	n, k, err := matrixDims(t)
+	if err != nil {
+		return err
+	}
+	g := &t.Groups[0]
+	sm, code := uint64(t.Planes[codec.PlaneSM])+g.Offsets[codec.PlaneSM], uint64(t.Planes[codec.PlaneCode])+g.Offsets[codec.PlaneCode]
+	if k%8 != 0 || sm%8 != 0 || code%4 != 0 {
+		return status.Errorf(status.Unsupported, "gpu: gather needs K %% 8 == 0 and 8-byte aligned planes (K=%d)", k)
+	}
+	if count < 0 || count >= 1<<31 {
+		return status.Errorf(status.InvalidArgument, "gpu: gather of %d rows (0 to 2^31-1)", count)
+	}
+	if g.Escapes > 0 && t.EscRows == 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: tensor has %d escapes but no escape row index (BuildEscapeIndex)", g.Escapes)
+	}
+	if count == 0 || k == 0 {
+		return nil
+	}
+	if ids == 0 || ids%8 != 0 || dst == 0 || dst%16 != 0 {
+		return status.Errorf(status.InvalidArgument, "gpu: gather needs 8-byte aligned ids and a 16-byte aligned destination, not nil")
+	}
+	if _, err := load(dev); err != nil {
+		return err
+	}
+	p := groupParams(t, 0)
+	p.x = C.glyd_u64(ids)
+	p.rows = C.glyd_i64(count)
+	p.dst = C.glyd_u64(dst)
+	p.N = C.glyd_i64(n)
+	p.K = C.glyd_i64(k)
+	if g.Escapes > 0 {
+		p.escrows = C.glyd_u64(t.EscRows)
+		p.escrecs = C.glyd_u64(uint64(t.EscRows) + escRowsBytes(n))
+	}
+	return launch(dev, kDecodeF12Gather, uint32(count), 1, 1, 256, 0, stream, &p)
+}

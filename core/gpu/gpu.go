@@ -149,6 +149,7 @@ var kernelNames = []string{
 	"glyd_lin_xperm_t128",
 	"glyd_lin_xperm_t256",
 	"glyd_decode_f12_bulk",
+	"glyd_decode_f12_gather",
 }
 
 const (
@@ -184,6 +185,7 @@ const (
 	_
 	_
 	kDecodeF12Bulk
+	kDecodeF12Gather
 	kLinFirst // the linear configurations of linear.go follow, each name, name_safe, name_many, name_many_safe,
 	// then the grouped ones of moe.go (kGroupedFirst)
 )

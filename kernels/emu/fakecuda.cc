@@ -171,6 +171,7 @@ static kern kernels[] = {
     {"glyd_decode_f12_bulk", emu_decode::glyd_decode_f12_vec},
     {"glyd_escape_scatter", emu_decode::glyd_escape_scatter},
     {"glyd_escape_scatter_rows", emu_decode::glyd_escape_scatter_rows},
+    {"glyd_decode_f12_gather", emu_decode::glyd_decode_f12_gather},
     {"glyd_escape_rows", emu_decode::glyd_escape_rows},
     {"glyd_escape_records", emu_decode::glyd_escape_records},
     {"glyd_lin_f12t_experts", emu_decode::glyd_lin_f12t_experts},

@@ -110,6 +110,7 @@ _SIGNATURES = {
     "glyd_gpu_device_info": (c_int, [c_int, POINTER(GpuInfo)]),
     "glyd_gpu_decode": (c_int, [c_int, c_void_p, _T, c_int64, c_void_p, c_size_t]),
     "glyd_gpu_decode_rows": (c_int, [c_int, c_void_p, _T, c_int64, c_int64, c_void_p, c_size_t]),
+    "glyd_gpu_decode_gather": (c_int, [c_int, c_void_p, _T, c_void_p, c_int64, c_void_p, c_size_t]),
     "glyd_gpu_escape_index_bytes": (c_int, [_T, POINTER(c_size_t)]),
     "glyd_gpu_build_escape_index": (c_int, [c_int, c_void_p, _T, c_void_p, c_size_t]),
     "glyd_gpu_linear_workspace_bound": (c_int, [_T, c_int64, POINTER(c_size_t)]),
@@ -430,6 +431,35 @@ class DeviceTensor:
             raise InvalidArgumentError(1, f"out has {out.numel()} elements, rows * K = {rows * k}")
         _lib.check(_gpu().glyd_gpu_decode_rows(self.device.index, _stream(self.device), ctypes.byref(self._c), row0,
                                                rows, out.data_ptr() if out.numel() else None, out.numel() * 2))
+        return out
+
+    def gather(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows ``ids`` of this tensor seen as the matrix [product of all but the
+        last dimension, K], decoded to bf16 [*ids.shape, K]: an embedding lookup
+        from a packed table, bit-identical to glyd.unpack(...).reshape(-1, K)[ids].
+        ids: an int64 tensor on this device; they are read on the device only
+        (no synchronization: CUDA graph capture works), so an id outside
+        [0, rows) is not refused: its row of the result is zeros. fixed12, one
+        group, K a multiple of 8 (UnsupportedError otherwise: use decode()).
+        out: a contiguous bf16 tensor of ids.numel() * K elements on this device."""
+        if len(self.shape) < 2:
+            raise InvalidArgumentError(1, f"gather needs a tensor of >= 2 dimensions, this one is {self.shape}")
+        if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.device != self.device:
+            got = f"{ids.dtype} on {ids.device}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+            raise InvalidArgumentError(1, f"ids must be an int64 tensor on {self.device}, got {got}")
+        k = self.shape[-1]
+        ids = ids.contiguous()
+        count = ids.numel()
+        if out is None:
+            out = torch.empty((*ids.shape, k), dtype=torch.bfloat16, device=self.device)
+        elif out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous():
+            raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {self.device}, got "
+                                          f"{out.dtype} {tuple(out.shape)} on {out.device}")
+        elif out.numel() != count * k:
+            raise InvalidArgumentError(1, f"out has {out.numel()} elements, ids * K = {count * k}")
+        _lib.check(_gpu().glyd_gpu_decode_gather(self.device.index, _stream(self.device), ctypes.byref(self._c),
+                                                 ids.data_ptr() if count else None, count,
+                                                 out.data_ptr() if out.numel() else None, out.numel() * 2))
         return out
 
     def prompt_path(self, rows: int) -> bool:

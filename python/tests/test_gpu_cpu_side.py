@@ -308,7 +308,7 @@ def test_bench_tables_2_and_5_dry_run(monkeypatch, tmp_path):
     assert all(r["logits_rel_err"] == 0.0 for r in steps)  # CPU: Glyd is exact
     ck = rep.results["checkpoint"]
     assert ck["glyd_gb"] < ck["bf16_gb"] and "glyd_load_verify_s" in ck and "pack_s" in ck and "gpu_pack_s" in ck
-    assert len(packed) == 2 * 7 + 1 and packed[0][1] == "fixed12"  # every linear, the untied lm_head too
+    assert len(packed) == 2 * 7 + 2 and packed[0][1] == "fixed12"  # every linear, the untied embedding and lm_head too
     text = md.read_text()
     assert "## Table 2." in text and "## Table 5." in text and "| bf16, + GPU pack |" in text
     json.dumps(rep.results, default=str)

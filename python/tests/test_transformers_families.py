@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import glyd
-from glyd.transformers.modules import GlydLinear, iter_packed_modules
+from glyd.transformers.modules import GlydEmbedding, GlydLinear, iter_packed_modules
 
 from conftest import RECIPES, model_inputs
 
@@ -194,11 +194,13 @@ def test_experts_implementations(impl, tiny_model, packed_dir):
 
 
 def test_what_stays_unpacked(packed_dir):
-    """Embeddings, norms and routers stay raw; linears (an untied lm_head too) and experts are packed."""
+    """Norms and routers stay raw; linears and embeddings (untied: lm_head and
+    embed_tokens too) and experts are packed; scaled embeddings stay raw."""
     with glyd.Reader(packed_dir("mixtral")) as r:
         layouts = {n: r.info(n).layout for n in r.names()}
     assert layouts["lm_head.packed_weight"] == "fixed12" and "lm_head.weight" not in layouts
-    assert layouts["model.embed_tokens.weight"] == "raw"
+    assert layouts["model.embed_tokens.packed_weight"] == "fixed12" and "model.embed_tokens.weight" not in layouts
+    assert layouts["model.norm.weight"] == "raw"
     assert layouts["model.layers.0.mlp.gate.weight"] == "raw"
     assert layouts["model.layers.0.self_attn.q_proj.packed_weight"] != "raw"
     assert layouts["model.layers.0.mlp.experts.packed_gate_up"] != "raw"
@@ -211,6 +213,15 @@ def test_linear_modules_are_glyd_linear(packed_dir):
     assert isinstance(m.model.layers[0].self_attn.q_proj, GlydLinear)
     assert isinstance(m.model.layers[0].self_attn.q_proj, torch.nn.Linear)
     assert isinstance(m.lm_head, GlydLinear)  # untied: packed like every Linear
+    assert isinstance(m.model.embed_tokens, GlydEmbedding)
+
+
+def test_scaled_embeddings_stay_raw(packed_dir):
+    """Subclasses of nn.Embedding (Gemma's scaled word embeddings) keep their
+    table raw: their buffers come from transformers' weight init."""
+    with glyd.Reader(packed_dir("gemma4_text")) as r:
+        layouts = {n: r.info(n).layout for n in r.names()}
+    assert layouts["model.embed_tokens.weight"] == "raw"
 
 
 def test_raw_lm_head_checkpoint_loads(tmp_path, tiny_model):

@@ -35,7 +35,7 @@ def test_minilm_roundtrip(layout, bf16_model, tmp_path, record_property):
     src, model, tok = bf16_model
     d = tmp_path / "minilm"
     stats = glyd.save_pretrained(model, d, layout=layout, source=src, progress=False)
-    assert stats["format"] == "glyd-v1" and stats["packed_tensors"] == 37  # 6 layers x 6 linears + pooler
+    assert stats["format"] == "glyd-v1" and stats["packed_tensors"] == 40  # 6 layers x 6 linears + pooler + 3 embeddings
     assert (d / "tokenizer.json").exists() and (d / "1_Pooling" / "config.json").exists()
 
     loaded = glyd.from_pretrained(d, verify=True)

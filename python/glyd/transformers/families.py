@@ -33,7 +33,10 @@ Left unpacked (stored as they are):
   lookup table, not a Linear). An untied ``lm_head`` is packed like any Linear;
 * routers (modules whose path contains "router", ``...gate`` Linears of MoE
   blocks, ``shared_expert_gate``): tiny, and read directly by routing code;
-* embeddings, norms, biases, convolutions, scales, buffers, fp32 weights;
+* norms, biases, convolutions, scales, buffers, fp32 weights, and subclasses
+  of nn.Embedding (Gemma's scaled word embeddings: their buffers are set by
+  transformers' weight init, which packed modules skip). An untied
+  ``nn.Embedding`` is packed: a lookup decodes only the rows it reads;
 * anything in ``modules_to_not_convert``.
 """
 
@@ -134,6 +137,12 @@ def pack_plan(model: nn.Module, modules_to_not_convert=None) -> list:
             if is_router(name, m):
                 continue
             items.append(PackItem(name, "weight", 1, False, "linear"))
+        elif type(m) is nn.Embedding:  # subclasses (scaled word embeddings) keep buffers that
+            # transformers' weight init sets, and packed modules skip that init
+            w = m._parameters.get("weight")
+            if w is None or w.dtype not in PACKABLE_DTYPES or w.ndim != 2 or w.numel() == 0:
+                continue
+            items.append(PackItem(name, "weight", 1, False, "embedding"))
         elif is_experts_module(m):
             e = _num_experts(m)
             for attr, p in m._parameters.items():

@@ -186,7 +186,7 @@ def decode_weight(holder, groups=None) -> torch.Tensor:
 
 
 def prepare(model, siblings: bool = True) -> int:
-    """Build the device state of every packed linear of ``model`` whose planes
+    """Build the device state of every packed linear and embedding of ``model`` whose planes
     are on a CUDA device (before CUDA graph capture), give every packed linear
     its handle for torch.ops.glyd.linear, and group siblings (linears of one
     parent with the same input features, see :class:`_Siblings`; on any
@@ -195,7 +195,7 @@ def prepare(model, siblings: bool = True) -> int:
     built."""
     n = 0
     for _, m in _m.iter_packed_modules(model):
-        if not isinstance(m, _m.GlydLinear):
+        if not isinstance(m, (_m.GlydLinear, _m.GlydEmbedding)):
             continue
         h = _weight_holder(m)
         _handle(h)  # torch.compile reads it
@@ -322,15 +322,20 @@ def _fused(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tenso
     return _state(holder).dt.linear(x, bias, checked=True)  # _check made the arguments
 
 
-def _decoded(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """exact: decode just in time, then the bf16 model's own op."""
-    if x.device.type == "cuda" and _decodable(holder):
+def _decoded_weight(holder, device: torch.device) -> torch.Tensor:
+    """The whole weight for a call on `device`: decoded just in time on a GPU
+    (a temporary), else the holder's own decode (cached), in the compute dtype."""
+    if device.type == "cuda" and _decodable(holder):
         w = _state(holder).dt.decode()
         if holder.compute_dtype is not None and holder.compute_dtype != w.dtype:
             w = w.to(holder.compute_dtype)
-    else:  # CPU, or weights the GPU kernels do not take: the holder's own decode (cached)
-        w = holder.decode()
-    return F.linear(x, w, bias)
+        return w
+    return holder.decode()  # CPU, or weights the GPU kernels do not take
+
+
+def _decoded(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """exact: decode just in time, then the bf16 model's own op."""
+    return F.linear(x, _decoded_weight(holder, x.device), bias)
 
 
 def _impl(holder, x: torch.Tensor, bias: Optional[torch.Tensor], exact: bool) -> torch.Tensor:
@@ -419,7 +424,8 @@ def _attach(model) -> None:
 
 
 def register() -> None:
-    """Define the custom op and fill GPU_HOOKS["linear"] and ["decode"]; chain
+    """Define the custom op and fill GPU_HOOKS["linear"], ["embedding"]
+    (gpu_embedding) and ["decode"]; chain
     prepare() after the "attach" hook (idempotent)."""
     try:
         _define_op()
@@ -428,8 +434,11 @@ def register() -> None:
 
         logging.getLogger("glyd.transformers").warning("glyd: torch.ops.glyd.linear not defined (%s); "
                                                        "torch.compile will not trace packed linears", e)
+    from .gpu_embedding import embedding_forward
+
     hooks = _m.GPU_HOOKS
     hooks["linear"] = linear_forward
+    hooks["embedding"] = embedding_forward
     hooks["decode"] = decode_weight
     if hooks.get("attach") is not _attach:
         _PREV_ATTACH[0] = hooks.get("attach")

@@ -19,7 +19,9 @@ How the weight is decoded (dispatch, per call):
   into a scratch buffer shared by the layers;
 * planes on a GPU -> the hooks :data:`GPU_HOOKS` (filled by the CUDA code):
   ``"linear"(module, x)`` replaces GlydLinear's forward (it handles ``exact``
-  itself: glyd.transformers.gpu_linear); ``"experts"(module, *args, **kwargs)``
+  itself: glyd.transformers.gpu_linear); ``"embedding"(module, ids)`` replaces
+  GlydEmbedding's forward (the looked-up rows decoded, bit-exact:
+  gpu_embedding); ``"experts"(module, *args, **kwargs)``
   replaces the whole forward when ``module.exact`` is False; ``"decode"(holder, groups)``
   decodes planes on the device. Without hooks the planes are copied to the CPU,
   decoded there and the bf16 weight is cached on the GPU (decode-on-load).
@@ -46,6 +48,8 @@ from ..tensor import PLANE_NAMES, PackedTensor
 #: Hooks for the GPU path, filled by the CUDA code (glyd.gpu):
 #:   "linear":  fn(module: GlydLinear, x) -> y         fused decode+matmul, or exact
 #:              (decode just in time + F.linear) when module.exact (gpu_linear.py)
+#:   "embedding": fn(module: GlydEmbedding, ids) -> rows   the looked-up rows decoded
+#:              (gpu_embedding.py)
 #:   "experts": fn(module, *args, **kwargs) -> y        fused experts forward
 #:   "decode":  fn(holder: PackedWeight, groups) -> bf16 tensor on the planes' device
 #: and, for experts (glyd.transformers.gpu_experts):
@@ -56,7 +60,7 @@ from ..tensor import PLANE_NAMES, PackedTensor
 #:                    packed module (DBRX), called once the model is loaded
 #:   "relayout":      fn(holder, relaid: bool) -> planes: every group transposed, on the
 #:                    device (gpu_relayout; PackedWeight.relay)
-GPU_HOOKS: dict = {"linear": None, "experts": None, "decode": None, "decode_groups": None,
+GPU_HOOKS: dict = {"linear": None, "embedding": None, "experts": None, "decode": None, "decode_groups": None,
                    "routed_groups": None, "attach": None, "relayout": None}
 
 #: Names of the attributes a packed tensor replaces, and the child that holds
@@ -369,6 +373,20 @@ class GlydLinear(GlydModule, nn.Linear):
         return F.linear(input, self.weight, self.bias)
 
 
+class GlydEmbedding(GlydModule, nn.Embedding):
+    """nn.Embedding whose table is packed. CPU: F.embedding on the decoded table
+    (identical to nn.Embedding); GPU: the "embedding" hook
+    (glyd.transformers.gpu_embedding: only the looked-up rows are decoded,
+    bit-exact, so the default and exact paths are one)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        hook = GPU_HOOKS.get("embedding")
+        if hook is not None and input.device.type == "cuda":
+            return hook(self, input)
+        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type,
+                           self.scale_grad_by_freq, self.sparse)
+
+
 class GlydExperts(GlydModule):
     """Mixin for experts modules: the family's own forward runs; when its call
     names the routed experts (``forward(hidden_states, top_k_index,
@@ -449,9 +467,12 @@ _ROUTING_NAMES = ("top_k_index", "router_indices", "selected_experts", "top_k_in
 
 def packed_class(cls: type, experts: bool) -> type:
     """The packed subclass of a module class (cached): GlydLinear for nn.Linear,
-    Glyd<Class> = (GlydExperts|GlydModule, Class) for the others."""
+    GlydEmbedding for nn.Embedding, Glyd<Class> = (GlydExperts|GlydModule,
+    Class) for the others."""
     if cls is nn.Linear:
         return GlydLinear
+    if cls is nn.Embedding:
+        return GlydEmbedding
     if issubclass(cls, GlydModule):
         return cls
     key = (cls, experts)

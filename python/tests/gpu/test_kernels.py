@@ -471,6 +471,53 @@ def test_decode_rows_errors():
         _gpu.DeviceTensor(glyd.pack(weights((8, 8, 16), seed=2), groups=8), DEV).decode_rows(0, 1)
 
 
+@pytest.mark.parametrize("shape", [(300, 1040), (64, 4096), (2, 40, 96), (1000, 8)])
+def test_gather_exact(shape):
+    """Rows picked by index (an embedding lookup) equal the reference rows bit
+    for bit, escapes included; ids repeat, come in any order and any shape; an
+    id out of range gives a row of zeros; nothing is written outside out."""
+    w = rows_weights(shape, seed=sum(shape) + 1)
+    p = glyd.pack(w)
+    assert p.groups[0].escapes > 0
+    k = shape[-1]
+    ref = bits(glyd.unpack(p).reshape(-1, k))
+    n = ref.shape[0]
+    dt = _gpu.DeviceTensor(p, DEV)
+    g = torch.Generator().manual_seed(n)
+    ids = torch.cat([torch.tensor([n - 1, 0, 2, 2, n // 2]), torch.randint(0, n, (59,), generator=g)])
+    for shaped in (ids, ids.view(8, 8), ids[:1], ids[:0]):
+        got = dt.gather(shaped.to(DEV))
+        assert got.shape == (*shaped.shape, k) and got.dtype == torch.bfloat16
+        assert torch.equal(bits(got.cpu()).reshape(-1, k), ref[shaped.reshape(-1)])
+    bad = torch.tensor([1, -1, n, 1 << 40, 3], device=DEV)
+    buf = torch.full((5 * k + 16,), float("nan"), dtype=torch.bfloat16, device=DEV)
+    out = buf[8:8 + 5 * k]
+    assert dt.gather(bad, out=out) is out
+    got = bits(out.view(5, k).cpu())
+    assert torch.equal(got[0], ref[1]) and torch.equal(got[4], ref[3])
+    assert (got[1:4] == 0).all(), "ids out of range give rows of zeros"
+    assert torch.isnan(buf[:8]).all() and torch.isnan(buf[8 + 5 * k:]).all(), "wrote outside out"
+
+
+def test_gather_errors():
+    dt = _gpu.DeviceTensor(glyd.pack(weights((64, 64), seed=13)), DEV)
+    ids = torch.arange(4, device=DEV)
+    with pytest.raises(glyd.errors.InvalidArgumentError, match="int64"):
+        dt.gather(ids.int())
+    with pytest.raises(glyd.errors.InvalidArgumentError, match="int64"):
+        dt.gather(ids.cpu())
+    with pytest.raises(glyd.errors.InvalidArgumentError, match="out must be"):
+        dt.gather(ids, out=torch.empty(4, 64, device=DEV))
+    with pytest.raises(glyd.errors.InvalidArgumentError, match="out has"):
+        dt.gather(ids, out=torch.empty(3, 64, dtype=torch.bfloat16, device=DEV))
+    with pytest.raises(glyd.errors.InvalidArgumentError, match="2 dimensions"):
+        _gpu.DeviceTensor(glyd.pack(weights((64,), seed=1)), DEV).gather(ids)
+    with pytest.raises(glyd.errors.UnsupportedError):
+        _gpu.DeviceTensor(glyd.pack(weights((64, 64), seed=13), layout="smallest"), DEV).gather(ids)
+    with pytest.raises(glyd.errors.UnsupportedError):
+        _gpu.DeviceTensor(glyd.pack(weights((16, 12), seed=3)), DEV).gather(ids)  # K % 8
+
+
 def check_prompt(w_cpu, rows, bias, tile_mb, tiles, x_shape=None):
     _gpu.set_prompt_rows(256)
     _gpu.set_prompt_tile_mb(tile_mb)

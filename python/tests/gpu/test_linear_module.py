@@ -31,7 +31,7 @@ if not torch.cuda.is_available() or not _gpu.available():
 from glyd.errors import InvalidArgumentError  # noqa: E402
 from glyd.gpu.bench import StepRunner, linears_fn  # noqa: E402
 from glyd.transformers import gpu_experts, gpu_linear  # noqa: E402
-from glyd.transformers.modules import GlydLinear, iter_packed_modules  # noqa: E402
+from glyd.transformers.modules import GlydEmbedding, GlydLinear, iter_packed_modules  # noqa: E402
 
 from conftest import model_inputs  # noqa: E402
 
@@ -103,6 +103,20 @@ def test_loaded_linears_are_packed_and_prepared(models):
     for m in lins:
         st = m.packed_weight.__dict__.get("_glyd_state")  # device state built outside any capture
         assert st is not None and st.key == m.packed_weight._planes_key()
+
+
+def test_embedding_lookup_exact(models):
+    """The untied input embedding is packed; a lookup on the GPU decodes only
+    its rows, bit for bit the bf16 table's, in both modes."""
+    bf16, loaded, loaded_exact, _ = models
+    ids = torch.randint(0, bf16.config.vocab_size, (3, 11), generator=torch.Generator().manual_seed(5)).to(DEV)
+    want = bf16.model.embed_tokens(ids)
+    for m in (loaded, loaded_exact):
+        emb = m.model.embed_tokens
+        assert isinstance(emb, GlydEmbedding)
+        assert torch.equal(emb(ids), want)
+        assert emb(ids.int()).shape == want.shape
+        assert emb.packed_weight._decoded is None  # the table was never decoded whole
 
 
 def test_exact_logits_equal_bf16(models):
