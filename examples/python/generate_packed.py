@@ -59,7 +59,7 @@ def main() -> int:
     linears = [m for m in packed.modules() if isinstance(m, GlydLinear)]
     groups = {id(m.__dict__["_glyd_siblings"]) for m in linears if "_glyd_siblings" in m.__dict__}
     print(f"device {device}: {len(linears)} packed linears; memory bf16 {model_bytes(bf16) / 1e6:.1f} MB, "
-          f"Glyd {model_bytes(packed) / 1e6:.1f} MB (embeddings and norms stay bf16)")
+          f"Glyd {model_bytes(packed) / 1e6:.1f} MB (norms stay bf16)")
     print(f"sibling groups: {len(groups)} (per layer q/k/v/o and gate/up: same input width)")
 
     gen = dict(max_new_tokens=args.tokens, do_sample=False, pad_token_id=0)

@@ -577,7 +577,7 @@ def table2(args, rep, bf16, glyd_model):
                f"the model's {res[0].get('linears', '?')} linear modules alone (lm_head included) on "
                f"inputs of the step's shape; share = linears / step. {STEP_NOTE}. Target: <= 0.87 at 1 sequence.",
                f"GPU memory of the models (parameters + buffers): bf16 {mb / 1e9:.2f} GB, Glyd fixed12 "
-               f"{mg / 1e9:.2f} GB ({mg / mb:.3f}; embeddings and norms are not packed)."])
+               f"{mg / 1e9:.2f} GB ({mg / mb:.3f}; norms stay bf16)."])
 
 
 def _table2_row(r):

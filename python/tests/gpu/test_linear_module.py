@@ -99,7 +99,7 @@ def test_loaded_linears_are_packed_and_prepared(models):
         h = m.packed_weight
         assert h.device.type == "cuda"
         assert isinstance(h.__dict__.get("_glyd_handle"), int)  # given at load (attach hook -> prepare)
-    assert gpu_linear.prepare(loaded) == len(lins)
+    assert gpu_linear.prepare(loaded) == len(lins) + 1  # and the embedding's state
     for m in lins:
         st = m.packed_weight.__dict__.get("_glyd_state")  # device state built outside any capture
         assert st is not None and st.key == m.packed_weight._planes_key()
