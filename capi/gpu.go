@@ -133,14 +133,8 @@ func glydgo_gpu_decode_rows(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_t
 	if err != nil {
 		return fail(err)
 	}
-	if err := rowsArg(rows); err != nil {
+	if err := rowsDst("glyd_gpu_decode_rows", d, rows, dstBytes); err != nil {
 		return fail(err)
-	}
-	if sh := d.Shape; len(sh) >= 2 && sh[len(sh)-1] > 0 {
-		hi, need := bits.Mul64(2*uint64(rows), uint64(sh[len(sh)-1]))
-		if hi != 0 || uint64(dstBytes) < need {
-			return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_decode_rows: dst_bytes %d < 2 * %d rows * %d", dstBytes, rows, sh[len(sh)-1]))
-		}
 	}
 	return result(gpu.DecodeRows(int(device), uintptr(stream), d, int64(row0), int64(rows), uintptr(dst)))
 }
@@ -152,16 +146,25 @@ func glydgo_gpu_decode_gather(device C.int, stream unsafe.Pointer, t *C.glyd_gpu
 	if err != nil {
 		return fail(err)
 	}
-	if err := rowsArg(count); err != nil {
+	if err := rowsDst("glyd_gpu_decode_gather", d, count, dstBytes); err != nil {
 		return fail(err)
 	}
+	return result(gpu.DecodeGather(int(device), uintptr(stream), d, uintptr(ids), int64(count), uintptr(dst)))
+}
+
+// rowsDst checks a row count and that dst_bytes holds that many rows of t's
+// matrix [product of all but the last dimension, K] in bf16.
+func rowsDst(fn string, d *gpu.DeviceTensor, rows C.int64_t, dstBytes C.size_t) error {
+	if err := rowsArg(rows); err != nil {
+		return err
+	}
 	if sh := d.Shape; len(sh) >= 2 && sh[len(sh)-1] > 0 {
-		hi, need := bits.Mul64(2*uint64(count), uint64(sh[len(sh)-1]))
+		hi, need := bits.Mul64(2*uint64(rows), uint64(sh[len(sh)-1]))
 		if hi != 0 || uint64(dstBytes) < need {
-			return fail(status.Errorf(status.BufferTooSmall, "glyd_gpu_decode_gather: dst_bytes %d < 2 * %d ids * %d", dstBytes, count, sh[len(sh)-1]))
+			return status.Errorf(status.BufferTooSmall, "%s: dst_bytes %d < 2 * %d rows * %d", fn, dstBytes, rows, sh[len(sh)-1])
 		}
 	}
-	return result(gpu.DecodeGather(int(device), uintptr(stream), d, uintptr(ids), int64(count), uintptr(dst)))
+	return nil
 }
 
 // sizeOf is the body of the glyd_gpu_*_bytes exports: *bytes = size(t).

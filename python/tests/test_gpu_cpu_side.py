@@ -374,6 +374,37 @@ def test_decode_rows_abi_without_device():
     del keep
 
 
+def test_decode_gather_abi_without_device():
+    """glyd_gpu_decode_gather: bound with the header's signature; arguments checked
+    before any device work; NO_GPU without a driver."""
+    import ctypes
+
+    from glyd import _gpu
+
+    lib = _gpu._gpu()
+    INVALID, TOO_SMALL, NO_GPU, UNSUPPORTED = 1, 2, 20, 26
+    ids, dst = 1 << 20, 1 << 24
+    c, keep = _c_tensor()  # [4, 16]
+
+    def call(t, count, i=ids, d=dst, nbytes=1 << 20):
+        return lib.glyd_gpu_decode_gather(0, None, ctypes.byref(t) if t is not None else None, i, count, d, nbytes)
+
+    assert call(None, 1) == INVALID and "tensor" in lib.glyd_last_error().decode()
+    assert call(c, -1) == INVALID
+    assert call(c, 2, nbytes=63) == TOO_SMALL and "dst_bytes" in lib.glyd_last_error().decode()
+    assert call(c, 2, i=None) == INVALID and "ids" in lib.glyd_last_error().decode()
+    assert call(c, 2, i=ids + 4) == INVALID  # ids not 8-byte aligned
+    assert call(c, 2, d=None) == INVALID
+    assert call(c, 0, i=None, d=None) == 0  # nothing to look up: no device work
+    assert call(_c_tensor(layout=2)[0], 1) == UNSUPPORTED  # smallest
+    assert call(_c_tensor(shape=(2, 2, 16), groups=2)[0], 1) == UNSUPPORTED  # several groups
+    assert call(_c_tensor(shape=(4, 12))[0], 1) == UNSUPPORTED  # K % 8
+    assert call(_c_tensor(escapes=3)[0], 1) == INVALID and "escape" in lib.glyd_last_error().decode()
+    if not _gpu.available():
+        assert call(c, 2) == NO_GPU
+    del keep
+
+
 def test_prompt_rows_default_by_gpu(monkeypatch):
     # without PROMPT_ROWS: 769 on sm_90 (the wgmma and prompt-tile kernels), 65 elsewhere,
     # asked once per device (linear() asks on every call)
