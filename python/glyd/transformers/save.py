@@ -77,8 +77,9 @@ def save_pretrained(model, save_directory, layout: str = "fixed12", max_shard_si
                     workers: int = 0, pack_device=None) -> dict:
     """Pack a transformers model into a Glyd checkpoint folder.
 
-    Packs the weight of every nn.Linear and every expert weight (one group per
-    expert) in bf16/fp16; everything else is stored as it is (see
+    Packs the weight of every nn.Linear, every untied nn.Embedding and every
+    expert weight (one group per expert) in bf16/fp16; everything else is
+    stored as it is (see
     glyd.transformers.families for the exact rule). Tensors are packed and
     written one at a time, so memory stays bounded by the largest tensor. The
     folder appears at ``save_directory`` only when complete (written to a
@@ -125,11 +126,11 @@ def save_pretrained(model, save_directory, layout: str = "fixed12", max_shard_si
             hint = ("its parameters are " + ", ".join(dtypes) + "; convert the model first, e.g. "
                     "model.to(torch.bfloat16), if that is what you want (packing is exact for the converted weights)")
         else:
-            hint = ("it has no bf16/fp16 weight of an nn.Linear or experts module outside the modules kept "
-                    "unpacked (tied weights such as a tied lm_head, routers, modules_to_not_convert)")
+            hint = ("it has no bf16/fp16 weight of an nn.Linear, nn.Embedding or experts module outside the "
+                    "modules kept unpacked (tied weights such as a tied lm_head, routers, modules_to_not_convert)")
         raise InvalidArgumentError(
-            1, f"nothing to pack in {type(model).__name__}: Glyd packs the bf16/fp16 weights of nn.Linear and "
-               f"experts modules, and {hint}.")
+            1, f"nothing to pack in {type(model).__name__}: Glyd packs the bf16/fp16 weights of nn.Linear, "
+               f"nn.Embedding and experts modules, and {hint}.")
 
     skips = default_skips(model) | set(modules_to_not_convert or ())
     sd = _state_dict_to_save(model)
