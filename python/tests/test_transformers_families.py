@@ -239,22 +239,27 @@ def test_raw_lm_head_checkpoint_loads(tmp_path, tiny_model):
         assert torch.equal(model(**inputs).logits, m(**inputs).logits)
 
 
-def test_tied_lm_head_stays_one_tensor(tmp_path):
-    """A tied lm_head is the input embedding's table: both stay raw and stay tied
-    after the round trip, and the logits are the bf16 model's."""
+def test_tied_table_packed_once(tmp_path):
+    """A tied lm_head and input embedding: the table is packed once, as the
+    embedding; loaded, lm_head is a packed Linear sharing its PackedWeight;
+    logits are the bf16 model's; saved again, still once."""
     import transformers
 
     cfg = transformers.LlamaConfig(vocab_size=99, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
                                    num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM._from_config(cfg, dtype=torch.bfloat16).eval()
-    glyd.save_pretrained(model, tmp_path / "tied", progress=False)
-    with glyd.Reader(tmp_path / "tied") as r:
-        layouts = {n: r.info(n).layout for n in r.names()}
-    assert layouts["model.embed_tokens.weight"] == "raw"
-    assert not any(n.startswith("lm_head.") for n in layouts)  # saved once, as the embedding
-    m = glyd.from_pretrained(tmp_path / "tied")
-    assert type(m.lm_head) is torch.nn.Linear and m.lm_head.weight is m.model.embed_tokens.weight
     ids = torch.randint(3, 99, (2, 5), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        assert torch.equal(model(input_ids=ids).logits, m(input_ids=ids).logits)
+        want = model(input_ids=ids).logits
+    for step in range(2):  # packed from bf16, then saved again from the loaded model
+        glyd.save_pretrained(model, tmp_path / f"tied{step}", progress=False)
+        with glyd.Reader(tmp_path / f"tied{step}") as r:
+            layouts = {n: r.info(n).layout for n in r.names()}
+        assert layouts["model.embed_tokens.packed_weight"] == "fixed12"
+        assert not any(n.startswith("lm_head.") for n in layouts)  # saved once, as the embedding
+        model = glyd.from_pretrained(tmp_path / f"tied{step}")
+        assert isinstance(model.model.embed_tokens, GlydEmbedding) and isinstance(model.lm_head, GlydLinear)
+        assert model.lm_head.packed_weight is model.model.embed_tokens.packed_weight
+        with torch.no_grad():
+            assert torch.equal(model(input_ids=ids).logits, want)

@@ -28,9 +28,10 @@ Packed (lossless, so packing never changes a result; the choice is about size):
 
 Left unpacked (stored as they are):
 
-* every tied weight, such as an output embedding (``lm_head``) tied to the
-  input embedding: tied tensors must stay one tensor (the input embedding is a
-  lookup table, not a Linear). An untied ``lm_head`` is packed like any Linear;
+* every tied weight: tied tensors must stay one tensor. The one exception is
+  an output embedding (``lm_head``) tied to a plain ``nn.Embedding``: the table
+  is packed once, as the embedding, and ``lm_head`` shares its planes at load.
+  An untied ``lm_head`` is packed like any Linear;
 * routers (modules whose path contains "router", ``...gate`` Linears of MoE
   blocks, ``shared_expert_gate``): tiny, and read directly by routing code;
 * norms, biases, convolutions, scales, buffers, fp32 weights, and subclasses
@@ -83,13 +84,34 @@ def is_router(name: str, m: nn.Module) -> bool:
     return parts[-1] in _ROUTER_LEAVES and parts[-2:-1] != ["self_attn"]
 
 
+def tied_table(model: nn.Module):
+    """The path of the input embedding when the model's only tie is its output
+    embedding (an nn.Linear) to that input embedding (a plain nn.Embedding of
+    the same shape): the table is packed once, as the embedding, and the
+    output embedding shares its planes at load (glyd.transformers.quantizer).
+    None otherwise (other ties stay raw, one tensor each)."""
+    try:
+        tied = dict(getattr(model, "all_tied_weights_keys", None) or {})
+        out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    except Exception:
+        return None
+    if len(tied) != 1 or type(out) is not nn.Linear or type(inp) is not nn.Embedding:
+        return None
+    (tgt, src), = tied.items()
+    names = {id(m): n for n, m in model.named_modules()}
+    o, i = names.get(id(out)), names.get(id(inp))
+    if tgt != f"{o}.weight" or src != f"{i}.weight" or tuple(out.weight.shape) != tuple(inp.weight.shape):
+        return None
+    return i
+
+
 def default_skips(model: nn.Module) -> set:
-    """Modules never packed: those of tied weights (a tied output embedding is
-    the input embedding's lookup table: the two must stay one tensor), as
-    module paths. An untied output embedding (lm_head) is an ordinary Linear
-    and is packed: lossless, so nothing of transformers' reason for keeping it
-    out of quantization applies, and at one token it is the largest matrix a
-    step reads."""
+    """Modules never packed, as module paths: those of tied weights (tied
+    tensors stay one tensor), except the input embedding of a tied output
+    embedding (tied_table: the table is packed once and shared). An untied
+    output embedding (lm_head) is an ordinary Linear and is packed: lossless,
+    so nothing of transformers' reason for keeping it out of quantization
+    applies, and at one token it is the largest matrix a step reads."""
     skips = set()
     try:
         tied = getattr(model, "all_tied_weights_keys", None) or {}
@@ -107,6 +129,9 @@ def default_skips(model: nn.Module) -> set:
         for name, m in model.named_modules():
             if m is out:
                 skips.add(name)
+    table = tied_table(model)
+    if table is not None:
+        skips.discard(table)
     return skips
 
 

@@ -11,8 +11,15 @@ checkpoints load (``requires_calibration``); nothing is packed at load time.
   packed module (modules.install) with uint8 placeholder planes of their exact
   sizes, so device_map="auto" plans with the packed sizes and transformers loads
   the planes like any parameter.
+  A tied output embedding whose table is packed (saved once, as the input
+  embedding: families.tied_table) becomes a packed Linear too, its planes tied
+  to the table's (per-plane entries in the model's tied-weights mapping in
+  place of the weight's, so transformers ties them and reports nothing
+  missing).
 * ``_process_model_after_weight_loading`` applies the load options
-  (exact, cache_decoded, compute dtype) and checks every tensor's structure.
+  (exact, cache_decoded, compute dtype), makes such a tied pair share one
+  PackedWeight (one decode cache, one device state) and checks every tensor's
+  structure.
 """
 
 from __future__ import annotations
@@ -73,6 +80,36 @@ def _shard_plane_keys(checkpoint_files) -> set:
     return keys
 
 
+def _tie_to_packed_tables(model) -> list:
+    """Each tied weight of ``model`` whose source is now packed and whose target
+    is an nn.Linear (a tied lm_head; families.tied_table): the target becomes a
+    packed Linear with placeholder planes, and the model's tied-weights mapping
+    ties those planes to the source's instead of the weight (transformers would
+    look the packed source up as a parameter). Returns (target module, attr,
+    source module, attr) of each."""
+    tied = getattr(model, "all_tied_weights_keys", None)
+    out = []
+    for tgt, src in list((tied or {}).items()):
+        smod, _, sattr = src.rpartition(".")
+        tmod, _, tattr = tgt.rpartition(".")
+        try:
+            s, t = model.get_submodule(smod), model.get_submodule(tmod)
+        except AttributeError:
+            continue
+        if sattr not in (s.__dict__.get("_glyd_attrs") or {}) or type(t) is not torch.nn.Linear:
+            continue
+        sh = s._modules[holder_name(sattr)]
+        lengths = {k[len("glyd_"):]: p.numel() for k, p in sh._parameters.items() if p is not None}
+        install(t, tmod, {tattr: PackedWeight(tattr, sh.layout, sh.dtype, sh.shape, sh.groups, sh.checksum, lengths,
+                                              device="meta", scratch_key=scratch_key(tmod, tattr))},
+                experts=False)
+        del tied[tgt]
+        for k in sh._parameters:
+            tied[f"{tmod}.{holder_name(tattr)}.{k}"] = f"{smod}.{holder_name(sattr)}.{k}"
+        out.append((tmod, tattr, smod, sattr))
+    return out
+
+
 class GlydHfQuantizer(HfQuantizer):
     """Loads Glyd packed checkpoints into ordinary transformers models."""
 
@@ -84,6 +121,7 @@ class GlydHfQuantizer(HfQuantizer):
         self.dtype = None
         self.checkpoint_dir = None
         self.packed_names: list = []
+        self.shared: list = []  # (output module, attr, table module, attr) tied to a packed table
 
     # -- environment and config ----------------------------------------------------------
     def validate_environment(self, *args, **kwargs):
@@ -148,6 +186,7 @@ class GlydHfQuantizer(HfQuantizer):
                     packed.close()
                 experts = is_experts_module(module) and not isinstance(module, torch.nn.Linear)
                 install(module, module_name, holders, experts=experts)
+        self.shared = _tie_to_packed_tables(model)
         logger.info("glyd: %d packed tensors in %s", len(self.packed_names), directory)
         return model
 
@@ -156,6 +195,9 @@ class GlydHfQuantizer(HfQuantizer):
         exact = bool(opts.get("exact", False))
         cache = opts.get("cache_decoded")  # None: linears cached, experts decoded per call
         compute = self.dtype if isinstance(self.dtype, torch.dtype) else None
+        for tmod, tattr, smod, sattr in self.shared:  # one holder for the tied pair
+            model.get_submodule(tmod)._modules[holder_name(tattr)] = model.get_submodule(smod)._modules[
+                holder_name(sattr)]
         for _, m in iter_packed_modules(model):
             m.exact = exact
             experts = hasattr(m, "_glyd_routing_arg")

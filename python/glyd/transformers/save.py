@@ -46,6 +46,10 @@ def _state_dict_to_save(model) -> dict:
         sd = model.state_dict()
     for k in getattr(model, "_keys_to_ignore_on_save", None) or ():
         sd.pop(k, None)
+    # a loaded tied lm_head shares the packed table's planes (quantizer): saved once, as the table's
+    for tgt, src in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        if ".glyd_" in tgt and tgt in sd and src in sd:
+            del sd[tgt]
     return remove_tied_weights_from_state_dict(sd, model)
 
 

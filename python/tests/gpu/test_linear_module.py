@@ -119,6 +119,32 @@ def test_embedding_lookup_exact(models):
         assert emb.packed_weight._decoded is None  # the table was never decoded whole
 
 
+def test_tied_table_on_gpu(tmp_path):
+    """A tied lm_head and embedding, packed once: on the GPU the lookup and the
+    fused lm_head read the one PackedWeight; exact=True logits equal the bf16
+    model's, the default ones are close."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=99, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM._from_config(cfg, dtype=torch.bfloat16).eval()
+    glyd.save_pretrained(model, tmp_path / "tied", progress=False)
+    ref = model.to(DEV)
+    ids = torch.randint(3, 99, (2, 7), generator=torch.Generator().manual_seed(2)).to(DEV)
+    with torch.no_grad():
+        want = ref(input_ids=ids).logits
+    for exact in (False, True):
+        m = glyd.from_pretrained(tmp_path / "tied", exact=exact).to(DEV).eval()
+        assert m.lm_head.packed_weight is m.model.embed_tokens.packed_weight
+        with torch.no_grad():
+            got = m(input_ids=ids).logits
+        if exact:
+            assert torch.equal(got, want)
+        else:
+            assert rel(got, want) < LOGITS_REL
+
+
 def test_exact_logits_equal_bf16(models):
     bf16, _, loaded_exact, _ = models
     for _, m in iter_packed_modules(loaded_exact):
