@@ -20,15 +20,7 @@
 #include <vector>
 #include <cuda_runtime.h>
 #include "../../kernels/decode.cu"
-
-#define CK(x)                                                                                                  \
-	do {                                                                                                       \
-		cudaError_t e_ = (x);                                                                                  \
-		if (e_ != cudaSuccess) {                                                                               \
-			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
-			exit(1);                                                                                           \
-		}                                                                                                      \
-	} while (0)
+#include "bench_util.cuh"
 
 // The production loops with other parameters: the vec kernel's with V units
 // per thread at MINB blocks per SM, the bulk kernel's with chunks of CH units
@@ -104,16 +96,6 @@ __global__ void __launch_bounds__(256) v_bulk_stores(const uint8_t *sm, const ui
 	}
 	if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif
-}
-
-__global__ void fill(uint8_t *p, uint64_t n, uint32_t seed) {
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
-		uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-		x ^= x >> 15;
-		x *= 2246822519u;
-		x ^= x >> 13;
-		p[i] = (uint8_t)x;
-	}
 }
 
 __global__ void count_diff(const uint32_t *a, const uint32_t *b, uint64_t n, unsigned long long *out) {

@@ -37,15 +37,7 @@
 #include <vector>
 #include <cuda_runtime.h>
 #include "../../kernels/decode.cu"
-
-#define CK(x)                                                                                                  \
-	do {                                                                                                       \
-		cudaError_t e_ = (x);                                                                                  \
-		if (e_ != cudaSuccess) {                                                                               \
-			fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                 \
-			exit(1);                                                                                           \
-		}                                                                                                      \
-	} while (0)
+#include "bench_util.cuh"
 
 __device__ __forceinline__ uint32_t fold(uint4 v) { return v.x + v.y + v.z + v.w; }
 
@@ -134,16 +126,6 @@ __global__ void __launch_bounds__(256, MINB) rows16(const uint8_t *sm, const uin
 	}
 	add_sum(acc, sum);
 #endif
-}
-
-__global__ void fill(uint8_t *p, uint64_t n, uint32_t seed) {
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
-		uint32_t x = (uint32_t)i * 2654435761u ^ seed;
-		x ^= x >> 15;
-		x *= 2246822519u;
-		x ^= x >> 13;
-		p[i] = (uint8_t)x;
-	}
 }
 
 constexpr int COPIES = 12;
