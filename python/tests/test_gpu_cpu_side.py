@@ -572,13 +572,13 @@ def test_siblings_grouped_at_prepare_and_copied_without_device_state():
     assert sib.members == [m.q_proj, m.k_proj, m.v_proj] and "_glyd_siblings" not in m.wide.__dict__
     sib._multi = ((), (_gpu.GpuTensor * 3)())  # as after a GPU launch
     sib.pending[m.k_proj] = (torch.zeros(1), 0, torch.zeros(1))
-    h = gpu_linear._weight_holder(m.q_proj)
+    h = gpu_linear.weight_holder(m.q_proj)
     h.__dict__["_glyd_state"] = gpu_linear._State(h._planes_key(), _gpu.GpuTensor())
     c = copy.deepcopy(m)
     cs = c.q_proj.__dict__["_glyd_siblings"]
     assert cs is not sib and cs.members == [c.q_proj, c.k_proj, c.v_proj]
     assert cs._multi is None and cs.pending == {}
-    assert gpu_linear._weight_holder(c.q_proj).__dict__.get("_glyd_state") is None
+    assert gpu_linear.weight_holder(c.q_proj).__dict__.get("_glyd_state") is None
     x = torch.randn(2, 64).to(torch.bfloat16)
     assert torch.equal(c.k_proj(x), m.k_proj(x))
     gpu_linear.prepare(c, siblings=False)  # ungrouped

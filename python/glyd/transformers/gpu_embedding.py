@@ -40,9 +40,9 @@ def _gather(holder, ids: torch.Tensor) -> torch.Tensor:
 
 def embedding_forward(module, ids: torch.Tensor) -> torch.Tensor:
     """GPU_HOOKS["embedding"]: forward of a GlydEmbedding whose ids are on a CUDA device."""
-    holder = gpu_linear._weight_holder(module)
+    holder = gpu_linear.weight_holder(module)
     if (gather_supported(module, holder) and ids.device == holder.device
             and ids.dtype in (torch.int64, torch.int32)):
         return _gather(holder, ids)
-    return F.embedding(ids, gpu_linear._decoded_weight(holder, ids.device), module.padding_idx, module.max_norm,
+    return F.embedding(ids, gpu_linear.decoded_weight(holder, ids.device), module.padding_idx, module.max_norm,
                        module.norm_type, module.scale_grad_by_freq, module.sparse)

@@ -120,7 +120,8 @@ def _holder_of(handle: int):
     return h
 
 
-def _weight_holder(module):
+def weight_holder(module):
+    """The PackedWeight of a packed module's ``weight`` (a GlydLinear's or GlydEmbedding's)."""
     return module._modules[module.__dict__["_glyd_attrs"]["weight"]]
 
 
@@ -197,7 +198,7 @@ def prepare(model, siblings: bool = True) -> int:
     for _, m in _m.iter_packed_modules(model):
         if not isinstance(m, (_m.GlydLinear, _m.GlydEmbedding)):
             continue
-        h = _weight_holder(m)
+        h = weight_holder(m)
         _handle(h)  # torch.compile reads it
         if h.device.type == "cuda" and _decodable(h):
             _state(h)
@@ -212,8 +213,8 @@ def prepare(model, siblings: bool = True) -> int:
         by_k: dict = {}
         for m in parent.children():
             if (isinstance(m, _m.GlydLinear) and "_glyd_siblings" not in m.__dict__ and not m.exact
-                    and fused_supported(_weight_holder(m))):
-                by_k.setdefault(_weight_holder(m).shape[1], []).append(m)
+                    and fused_supported(weight_holder(m))):
+                by_k.setdefault(weight_holder(m).shape[1], []).append(m)
         for members in by_k.values():
             if len(members) > 1:
                 _Siblings(members)
@@ -263,8 +264,8 @@ class _Siblings:
             self.drop(m)
         if module not in self.members or module.exact:
             return None
-        _check(_weight_holder(module), x, module.bias)
-        holders = [_weight_holder(m) for m in self.members]
+        _check(weight_holder(module), x, module.bias)
+        holders = [weight_holder(m) for m in self.members]
         if x.dtype != torch.bfloat16 or any(h.device != x.device for h in holders):
             return None
         rows = x.numel() // holders[0].shape[1]
@@ -322,7 +323,7 @@ def _fused(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tenso
     return _state(holder).dt.linear(x, bias, checked=True)  # _check made the arguments
 
 
-def _decoded_weight(holder, device: torch.device) -> torch.Tensor:
+def decoded_weight(holder, device: torch.device) -> torch.Tensor:
     """The whole weight for a call on `device`: decoded just in time on a GPU
     (a temporary), else the holder's own decode (cached), in the compute dtype."""
     if device.type == "cuda" and _decodable(holder):
@@ -335,7 +336,7 @@ def _decoded_weight(holder, device: torch.device) -> torch.Tensor:
 
 def _decoded(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     """exact: decode just in time, then the bf16 model's own op."""
-    return F.linear(x, _decoded_weight(holder, x.device), bias)
+    return F.linear(x, decoded_weight(holder, x.device), bias)
 
 
 def _impl(holder, x: torch.Tensor, bias: Optional[torch.Tensor], exact: bool) -> torch.Tensor:
@@ -393,7 +394,7 @@ def _define_op():
 
 def linear_forward(module, x: torch.Tensor) -> torch.Tensor:
     """GPU_HOOKS["linear"]: forward of a GlydLinear whose input is on a CUDA device."""
-    holder = _weight_holder(module)
+    holder = weight_holder(module)
     bias = module.bias
     exact = bool(module.exact)
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (

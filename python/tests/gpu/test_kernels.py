@@ -635,7 +635,7 @@ def test_prompt_path_packed_module(prompt_settings):
         parent[0].bias.normal_(0, 0.02)
     gpu_experts.pack_module(parent)
     lin = parent[0]
-    dt = gpu_linear.device_tensor(gpu_linear._weight_holder(lin))
+    dt = gpu_linear.device_tensor(gpu_linear.weight_holder(lin))
     x = torch.randn(3, 100, 1040, device=DEV).to(torch.bfloat16)
     with torch.no_grad():
         got = lin(x)
