@@ -171,23 +171,27 @@ extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter(const glyd
 	               (uint16_t *)p.dst);
 }
 
+// The exact bits of one row's escapes into its decoded row d: records
+// [e0, e1) of the fused kernels' escape index ({column k, bf16 bits}), this
+// thread taking records e0 + first, e0 + first + step, ...; records with
+// k >= K are skipped (no write outside the row).
+__device__ __forceinline__ void put_row_escapes(uint16_t *d, const uint2 *rec, uint32_t e0, uint32_t e1, int64_t K,
+                                                uint32_t first, uint32_t step) {
+	for (uint32_t e = e0 + first; e < e1; e += step) {
+		const uint2 q = rec[e];
+		if ((int64_t)q.x < K) d[q.x] = (uint16_t)q.y;
+	}
+}
+
 // Escapes of a row-range decode: p.N rows from p.row0, p.K columns, dst =
 // row row0. One warp per row; escrows[r] .. escrows[r+1] are row r's records.
 extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter_rows(const glyd_kparams p) {
 	const uint32_t *rows = (const uint32_t *)p.escrows;
-	const uint2 *rec = (const uint2 *)p.escrecs;
-	uint16_t *dst = (uint16_t *)p.dst;
-	const uint32_t lane = threadIdx.x & 31u;
 	const int64_t wpb = blockDim.x / 32;
 	const int64_t warps = (int64_t)gridDim.x * wpb;
-	for (int64_t r = (int64_t)blockIdx.x * wpb + threadIdx.x / 32; r < p.N; r += warps) {
-		const uint32_t e0 = rows[p.row0 + r], e1 = rows[p.row0 + r + 1];
-		uint16_t *d = dst + r * p.K;
-		for (uint32_t e = e0 + lane; e < e1; e += 32) {
-			const uint2 q = rec[e];
-			if ((int64_t)q.x < p.K) d[q.x] = (uint16_t)q.y;
-		}
-	}
+	for (int64_t r = (int64_t)blockIdx.x * wpb + threadIdx.x / 32; r < p.N; r += warps)
+		put_row_escapes((uint16_t *)p.dst + r * p.K, (const uint2 *)p.escrecs, rows[p.row0 + r], rows[p.row0 + r + 1],
+		                p.K, threadIdx.x & 31u, 32);
 }
 
 // ---------------------------------------------------------------------------
@@ -424,10 +428,6 @@ extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_gather(const g
 	}
 	if (!p.escrows) return;
 	__syncthreads(); // the escapes' decoded values are written before their exact ones
-	const uint32_t e1 = ((const uint32_t *)p.escrows)[id + 1];
-	const uint2 *rec = (const uint2 *)p.escrecs;
-	for (uint32_t e = ((const uint32_t *)p.escrows)[id] + threadIdx.x; e < e1; e += blockDim.x) {
-		const uint2 r = rec[e];
-		if (r.x < (uint64_t)K) dst[r.x] = (uint16_t)r.y;
-	}
+	const uint32_t *rows = (const uint32_t *)p.escrows;
+	put_row_escapes(dst, (const uint2 *)p.escrecs, rows[id], rows[id + 1], K, threadIdx.x, blockDim.x);
 }
