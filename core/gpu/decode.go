@@ -193,6 +193,25 @@ func BuildEscapeIndex(dev int, stream uintptr, t *DeviceTensor, dst uintptr) err
 	return launch(dev, kEscapeRecords, gridFor(t.Groups[0].Escapes, 256, d.info.SMs*8), 1, 1, 256, 0, stream, &p)
 }
 
+// fixed12Rows checks what the row kernels (DecodeRows, DecodeGather: op)
+// need of t — a valid fixed12 tensor of one group seen as the matrix [n, k],
+// with its escape index when it has escapes — and returns n and k.
+func fixed12Rows(t *DeviceTensor, op string) (n, k int64, err error) {
+	if err := t.validate(); err != nil {
+		return 0, 0, err
+	}
+	if t.Layout != codec.Fixed12 {
+		return 0, 0, status.Errorf(status.Unsupported, "gpu: %s takes fixed12 tensors (layout %d); decode the whole tensor instead", op, t.Layout)
+	}
+	if n, k, err = matrixDims(t); err != nil {
+		return 0, 0, err
+	}
+	if e := t.Groups[0].Escapes; e > 0 && t.EscRows == 0 {
+		return 0, 0, status.Errorf(status.InvalidArgument, "gpu: tensor has %d escapes but no escape row index (BuildEscapeIndex)", e)
+	}
+	return n, k, nil
+}
+
 // DecodeRows writes the bf16 bits of rows [row0, row0+rows) of t, seen as the
 // matrix [product of all but the last dimension, K], to dst (device, rows*K*2
 // bytes, row-major) on the caller's stream: a tile of weight rows for a GEMM
@@ -202,13 +221,7 @@ func BuildEscapeIndex(dev int, stream uintptr, t *DeviceTensor, dst uintptr) err
 // (BuildEscapeIndex, t.EscRows) when it has escapes. Launches one decode
 // kernel, plus glyd_escape_scatter_rows when t has escapes.
 func DecodeRows(dev int, stream uintptr, t *DeviceTensor, row0, rows int64, dst uintptr) error {
-	if err := t.validate(); err != nil {
-		return err
-	}
-	if t.Layout != codec.Fixed12 {
-		return status.Errorf(status.Unsupported, "gpu: row-range decode takes fixed12 tensors (layout %d); decode the whole tensor instead", t.Layout)
-	}
-	n, k, err := matrixDims(t)
+	n, k, err := fixed12Rows(t, "row-range decode")
 	if err != nil {
 		return err
 	}
@@ -216,9 +229,6 @@ func DecodeRows(dev int, stream uintptr, t *DeviceTensor, row0, rows int64, dst 
 		return status.Errorf(status.InvalidArgument, "gpu: rows [%d, %d+%d) out of range (%d rows)", row0, row0, rows, n)
 	}
 	g := &t.Groups[0]
-	if g.Escapes > 0 && t.EscRows == 0 {
-		return status.Errorf(status.InvalidArgument, "gpu: tensor has %d escapes but no escape row index (BuildEscapeIndex)", g.Escapes)
-	}
 	if rows == 0 || k == 0 {
 		return nil
 	}
@@ -258,26 +268,16 @@ func DecodeRows(dev int, stream uintptr, t *DeviceTensor, row0, rows int64, dst 
 // code planes (Unsupported otherwise), with its escape index (BuildEscapeIndex,
 // t.EscRows) when it has escapes. One launch (glyd_decode_f12_gather).
 func DecodeGather(dev int, stream uintptr, t *DeviceTensor, ids uintptr, count int64, dst uintptr) error {
-	if err := t.validate(); err != nil {
-		return err
-	}
-	if t.Layout != codec.Fixed12 {
-		return status.Errorf(status.Unsupported, "gpu: gather takes fixed12 tensors (layout %d); decode the whole tensor instead", t.Layout)
-	}
-	n, k, err := matrixDims(t)
+	n, k, err := fixed12Rows(t, "gather")
 	if err != nil {
 		return err
 	}
-	g := &t.Groups[0]
-	sm, code := uint64(t.Planes[codec.PlaneSM])+g.Offsets[codec.PlaneSM], uint64(t.Planes[codec.PlaneCode])+g.Offsets[codec.PlaneCode]
-	if k%8 != 0 || sm%8 != 0 || code%4 != 0 {
+	p := groupParams(t, 0)
+	if k%8 != 0 || uint64(p.sm)%8 != 0 || uint64(p.code)%4 != 0 {
 		return status.Errorf(status.Unsupported, "gpu: gather needs K %% 8 == 0 and 8-byte aligned planes (K=%d)", k)
 	}
 	if count < 0 || count >= 1<<31 {
 		return status.Errorf(status.InvalidArgument, "gpu: gather of %d rows (0 to 2^31-1)", count)
-	}
-	if g.Escapes > 0 && t.EscRows == 0 {
-		return status.Errorf(status.InvalidArgument, "gpu: tensor has %d escapes but no escape row index (BuildEscapeIndex)", g.Escapes)
 	}
 	if count == 0 || k == 0 {
 		return nil
@@ -288,13 +288,12 @@ func DecodeGather(dev int, stream uintptr, t *DeviceTensor, ids uintptr, count i
 	if _, err := load(dev); err != nil {
 		return err
 	}
-	p := groupParams(t, 0)
 	p.x = C.glyd_u64(ids)
 	p.rows = C.glyd_i64(count)
 	p.dst = C.glyd_u64(dst)
 	p.N = C.glyd_i64(n)
 	p.K = C.glyd_i64(k)
-	if g.Escapes > 0 {
+	if t.Groups[0].Escapes > 0 {
 		p.escrows = C.glyd_u64(t.EscRows)
 		p.escrecs = C.glyd_u64(uint64(t.EscRows) + escRowsBytes(n))
 	}
