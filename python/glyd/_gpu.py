@@ -396,12 +396,7 @@ class DeviceTensor:
         else:
             g = len(self.groups)
             shape = (self.shape[0] // g, *self.shape[1:]) if g > 1 else self.shape
-        if out is None:
-            out = torch.empty(shape, dtype=torch.bfloat16, device=self.device)
-        elif out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous():
-            raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {self.device}")
-        elif out.numel() != _numel(shape):
-            raise InvalidArgumentError(1, f"out has {out.numel()} elements, the decoded tensor {_numel(shape)}")
+        out = _bf16_out(out, shape, self.device)
         _lib.check(_gpu().glyd_gpu_decode(self.device.index, _stream(self.device), ctypes.byref(self._c), group,
                                           out.data_ptr(), out.numel() * 2))
         return out
@@ -422,13 +417,7 @@ class DeviceTensor:
         if row0 < 0 or rows < 0 or row0 + rows > n:
             raise InvalidArgumentError(1, f"row0={row0}, rows={rows}: rows [row0, row0 + rows) must lie in "
                                           f"[0, {n}]")
-        if out is None:
-            out = torch.empty((rows, k), dtype=torch.bfloat16, device=self.device)
-        elif out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous():
-            raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {self.device}, got "
-                                          f"{out.dtype} {tuple(out.shape)} on {out.device}")
-        elif out.numel() != rows * k:
-            raise InvalidArgumentError(1, f"out has {out.numel()} elements, rows * K = {rows * k}")
+        out = _bf16_out(out, (rows, k), self.device)
         _lib.check(_gpu().glyd_gpu_decode_rows(self.device.index, _stream(self.device), ctypes.byref(self._c), row0,
                                                rows, out.data_ptr() if out.numel() else None, out.numel() * 2))
         return out
@@ -450,13 +439,7 @@ class DeviceTensor:
         k = self.shape[-1]
         ids = ids.contiguous()
         count = ids.numel()
-        if out is None:
-            out = torch.empty((*ids.shape, k), dtype=torch.bfloat16, device=self.device)
-        elif out.dtype != torch.bfloat16 or out.device != self.device or not out.is_contiguous():
-            raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {self.device}, got "
-                                          f"{out.dtype} {tuple(out.shape)} on {out.device}")
-        elif out.numel() != count * k:
-            raise InvalidArgumentError(1, f"out has {out.numel()} elements, ids * K = {count * k}")
+        out = _bf16_out(out, (*ids.shape, k), self.device)
         _lib.check(_gpu().glyd_gpu_decode_gather(self.device.index, _stream(self.device), ctypes.byref(self._c),
                                                  ids.data_ptr() if count else None, count,
                                                  out.data_ptr() if out.numel() else None, out.numel() * 2))
@@ -647,6 +630,19 @@ class MultiLinear:
 
     def __repr__(self):
         return f"MultiLinear({len(self.weights)} weights, N={self.n}, K={self.k}, device={self.device})"
+
+
+def _bf16_out(out: torch.Tensor | None, shape, device: torch.device) -> torch.Tensor:
+    """The destination of a decode: out checked (a contiguous bf16 tensor of the
+    result's elements on device; its own shape may differ), or a new tensor."""
+    if out is None:
+        return torch.empty(shape, dtype=torch.bfloat16, device=device)
+    if out.dtype != torch.bfloat16 or out.device != device or not out.is_contiguous():
+        raise InvalidArgumentError(1, f"out must be a contiguous bfloat16 tensor on {device}, got {out.dtype} "
+                                      f"{tuple(out.shape)} on {out.device}")
+    if out.numel() != _numel(shape):
+        raise InvalidArgumentError(1, f"out has {out.numel()} elements, the result {_numel(shape)} {tuple(shape)}")
+    return out
 
 
 def _numel(shape) -> int:
