@@ -10,7 +10,7 @@
  * runtime, no Glyd library): on the GPU machine, in the repository root,
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/stream_bw \
- *        python/benchmarks/stream_bw.cu && /tmp/stream_bw
+ *        python/benchmarks/stream_bw.cu -lcuda && /tmp/stream_bw
  *
  * Variants (per shape: µs per weight, median of 15 graph replays / 12, and
  * TB/s of packed bytes, 1.5 per weight):
@@ -28,6 +28,13 @@
  *   tiles16 KC/S/B  the same grid and stages with the planes as they would be
  *               if re-laid in contiguous tiles of 16 rows x KC (one copy per
  *               plane and stage, as the bulk decode copies).
+ *   tma2d KC/S/B[ mma]  the same grid and stages on the planes as they are
+ *               (row-major): one 2-D tensor copy (TMA, a CUtensorMap per
+ *               plane) of 16 rows x KC per plane and stage; "mma" reads the
+ *               stages as the fused kernels' lanes read weights (lane g, t:
+ *               16 bytes of rows g and g + 8 at 16t of a 64-k block), the
+ *               2-way bank conflicts included.
+ * Link with -lcuda (the tensor maps).
  * The checksums of all variants must agree (printed: "ok").
  */
 #include <cstdio>
@@ -35,6 +42,7 @@
 #include <cstring>
 #include <algorithm>
 #include <vector>
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include "../../kernels/decode.cu"
 #include "bench_util.cuh"
@@ -128,6 +136,92 @@ __global__ void __launch_bounds__(256, MINB) rows16(const uint8_t *sm, const uin
 #endif
 }
 
+// A 2-D tensor copy (TMA) of the box at element coordinates (c0, c1) of the
+// tensor map at tmap (a __grid_constant__ parameter) into shared memory at
+// dst, completing on bar.
+__device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const void *tmap, int32_t c0, int32_t c1, uint32_t bar) {
+#ifdef GLYD_WGMMA
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+	             "[%4];" ::"r"(dst),
+	             "l"(tmap), "r"(c0), "r"(c1), "r"(bar)
+	             : "memory");
+#endif
+}
+
+template <int KC, int S, int MINB, bool MMA>
+__global__ void __launch_bounds__(256, MINB) tma2d(const __grid_constant__ CUtensorMap tsm,
+                                                   const __grid_constant__ CUtensorMap tcode, int64_t N, int64_t K,
+                                                   uint32_t base, unsigned int *sum) {
+#ifdef GLYD_WGMMA
+	constexpr int STAGE = 16 * KC * 3 / 2;
+	extern __shared__ __align__(128) uint8_t sh[];
+	__shared__ __align__(8) uint64_t full[S];
+	const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(sh), bar0 = (uint32_t)__cvta_generic_to_shared(full);
+	const uint32_t B4 = base * 0x01010101u;
+	const int64_t groups = N / 16, g0 = groups * blockIdx.x / gridDim.x, g1 = groups * (blockIdx.x + 1) / gridDim.x;
+	const int64_t cpg = K / KC, total = (g1 - g0) * cpg;
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+	auto fetch = [&](int64_t c, int s) { // chunk c of this block into stage s (thread 0)
+		const int row = (int)((g0 + c / cpg) * 16), k0 = (int)((c % cpg) * KC);
+		mbar_expect_bytes(bar0 + 8 * s, STAGE);
+		tensor_copy_2d(s0 + s * STAGE, &tsm, k0 / 4, row, bar0 + 8 * s);
+		tensor_copy_2d(s0 + s * STAGE + 16 * KC, &tcode, k0 / 8, row, bar0 + 8 * s);
+	};
+	if (tid == 0) {
+		for (int s = 0; s < S; s++) mbar_init(bar0 + 8 * s, 1);
+		for (int s = 0; s < S && s < total; s++) fetch(s, s);
+	}
+	__syncthreads();
+	uint32_t acc = 0;
+	for (int64_t i = 0; i < total; i++) {
+		const int s = i % S;
+		const uint32_t st = s0 + s * STAGE;
+		mbar_wait(bar0 + 8 * s, (uint32_t)(i / S) & 1);
+		if (MMA) {
+#pragma unroll
+			for (int j = w; j < KC / 64; j += 8)
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					const int row = g + 8 * h;
+					const uint4 a = lds16(st + row * KC + 64 * j + 16 * t);
+					uint32_t c0, c1;
+					asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(c0), "=r"(c1)
+					             : "r"(st + 16 * KC + row * (KC / 2) + 32 * j + 8 * t));
+					acc += fold(decode8(a.x, a.y, c0, B4)) + fold(decode8(a.z, a.w, c1, B4));
+				}
+		} else {
+#pragma unroll
+			for (int j = 0; j < KC / 128; j++) {
+				const int u = j * 256 + tid, row = u / (KC / 8), cu = u % (KC / 8);
+				uint32_t a, b, cw;
+				asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(a), "=r"(b) : "r"(st + row * KC + 8 * cu));
+				asm volatile("ld.shared.u32 %0, [%1];" : "=r"(cw) : "r"(st + 16 * KC + row * (KC / 2) + 4 * cu));
+				acc += fold(decode8(a, b, cw, B4));
+			}
+		}
+		__syncthreads(); // every thread has read stage s
+		if (tid == 0 && i + S < total) fetch(i + S, s);
+	}
+	add_sum(acc, sum);
+#endif
+}
+
+// The tensor map of a row-major plane of rows x bytes bytes, as 4-byte
+// elements, box = 16 rows x box_bytes.
+static CUtensorMap plane_map(const void *p, int64_t rows, int64_t bytes, int box_bytes) {
+	CUtensorMap m;
+	const cuuint64_t dims[2] = {(cuuint64_t)bytes / 4, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)bytes};
+	const cuuint32_t box[2] = {(cuuint32_t)box_bytes / 4, 16}, es[2] = {1, 1};
+	const CUresult r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, (void *)p, dims, strides, box, es,
+	                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+	                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	if (r != CUDA_SUCCESS) {
+		fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
+		exit(1);
+	}
+	return m;
+}
+
 constexpr int COPIES = 12;
 
 struct Weights {
@@ -188,6 +282,26 @@ static void run_rows16(const Weights &w, int sms, unsigned int *dsum, unsigned i
 	       1.5 * w.N * w.K / us / 1e6, got == want ? "ok" : "CHECKSUM DIFFERS");
 }
 
+template <int KC, int S, int MINB, bool MMA>
+static void run_tma2d(const Weights &w, int sms, unsigned int *dsum, unsigned int want) {
+	auto k = tma2d<KC, S, MINB, MMA>;
+	const int smem = S * 16 * KC * 3 / 2;
+	CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+	int occ = 0;
+	CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, 256, smem));
+	const int grid = sms * std::min(occ, MINB);
+	CUtensorMap ms[COPIES], mc[COPIES];
+	for (int i = 0; i < COPIES; i++) {
+		ms[i] = plane_map(w.sm[i], w.N, w.K, KC);
+		mc[i] = plane_map(w.code[i], w.N, w.K / 2, KC / 2);
+	}
+	unsigned int got;
+	const double us = timed([&](int i, cudaStream_t st) { k<<<grid, 256, smem, st>>>(ms[i], mc[i], w.N, w.K, 113, dsum); },
+	                        dsum, &got);
+	printf("  tma2d   KC %4d S %d %d/SM (%3d KiB)%s  %8.2f us  %5.2f TB/s  %s\n", KC, S, std::min(occ, MINB), smem >> 10,
+	       MMA ? " mma" : "    ", us, 1.5 * w.N * w.K / us / 1e6, got == want ? "ok" : "CHECKSUM DIFFERS");
+}
+
 int main() {
 	int sms;
 	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -223,6 +337,12 @@ int main() {
 		run_rows16<512, 4, 2, true>(w, sms, dsum, want);
 		run_rows16<1024, 4, 1, true>(w, sms, dsum, want);
 		run_rows16<256, 8, 2, true>(w, sms, dsum, want);
+		run_tma2d<512, 4, 2, false>(w, sms, dsum, want);
+		run_tma2d<512, 4, 2, true>(w, sms, dsum, want);
+		run_tma2d<512, 6, 2, true>(w, sms, dsum, want);
+		run_tma2d<1024, 4, 1, true>(w, sms, dsum, want);
+		run_tma2d<1024, 3, 2, true>(w, sms, dsum, want);
+		run_tma2d<512, 8, 1, true>(w, sms, dsum, want);
 		for (int i = 0; i < COPIES; i++) {
 			CK(cudaFree(w.sm[i]));
 			CK(cudaFree(w.code[i]));
