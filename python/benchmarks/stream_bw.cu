@@ -83,6 +83,23 @@ __global__ void __launch_bounds__(256) regs(const uint8_t *sm, const uint8_t *co
 	add_sum(acc, sum);
 }
 
+// A block of the persistent variants: its contiguous range of 16-row groups
+// (from g0), the chunks of 16 rows x KC they make (cpg per group, total in
+// all), and the shared addresses of its stages (s0) and their barriers.
+struct Persistent {
+	uint32_t s0, bar0, B4;
+	int64_t g0, cpg, total;
+	__device__ __forceinline__ Persistent(const void *stages, const void *bars, int64_t N, int64_t K, int KC,
+	                                      uint32_t base)
+	    : s0((uint32_t)__cvta_generic_to_shared(stages)), bar0((uint32_t)__cvta_generic_to_shared(bars)),
+	      B4(base * 0x01010101u) {
+		const int64_t groups = N / 16;
+		g0 = groups * blockIdx.x / gridDim.x;
+		cpg = K / KC;
+		total = (groups * (blockIdx.x + 1) / gridDim.x - g0) * cpg;
+	}
+};
+
 template <int KC, int S, int MINB, bool TILED>
 __global__ void __launch_bounds__(256, MINB) rows16(const uint8_t *sm, const uint8_t *code, int64_t N, int64_t K,
                                                     uint32_t base, unsigned int *sum) {
@@ -90,10 +107,9 @@ __global__ void __launch_bounds__(256, MINB) rows16(const uint8_t *sm, const uin
 	constexpr int SMROW = TILED ? KC : KC + 16, CROW = TILED ? KC / 2 : KC / 2 + 16, STAGE = 16 * (SMROW + CROW);
 	extern __shared__ __align__(128) uint8_t sh[];
 	__shared__ __align__(8) uint64_t full[S];
-	const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(sh), bar0 = (uint32_t)__cvta_generic_to_shared(full);
-	const uint32_t B4 = base * 0x01010101u;
-	const int64_t groups = N / 16, g0 = groups * blockIdx.x / gridDim.x, g1 = groups * (blockIdx.x + 1) / gridDim.x;
-	const int64_t cpg = K / KC, total = (g1 - g0) * cpg;
+	const Persistent ps(sh, full, N, K, KC, base);
+	const uint32_t s0 = ps.s0, bar0 = ps.bar0, B4 = ps.B4;
+	const int64_t g0 = ps.g0, cpg = ps.cpg, total = ps.total;
 	const int tid = threadIdx.x;
 	// chunk c (16 rows x KC) into stage s: warp 0, lane r < 16 the sm run of row r, lane 16 + r its codes
 	auto fetch = [&](int64_t c, int s) {
@@ -156,10 +172,9 @@ __global__ void __launch_bounds__(256, MINB) tma2d(const __grid_constant__ CUten
 	constexpr int STAGE = 16 * KC * 3 / 2;
 	extern __shared__ __align__(128) uint8_t sh[];
 	__shared__ __align__(8) uint64_t full[S];
-	const uint32_t s0 = (uint32_t)__cvta_generic_to_shared(sh), bar0 = (uint32_t)__cvta_generic_to_shared(full);
-	const uint32_t B4 = base * 0x01010101u;
-	const int64_t groups = N / 16, g0 = groups * blockIdx.x / gridDim.x, g1 = groups * (blockIdx.x + 1) / gridDim.x;
-	const int64_t cpg = K / KC, total = (g1 - g0) * cpg;
+	const Persistent ps(sh, full, N, K, KC, base);
+	const uint32_t s0 = ps.s0, bar0 = ps.bar0, B4 = ps.B4;
+	const int64_t g0 = ps.g0, cpg = ps.cpg, total = ps.total;
 	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
 	auto fetch = [&](int64_t c, int s) { // chunk c of this block into stage s (thread 0)
 		const int row = (int)((g0 + c / cpg) * 16), k0 = (int)((c % cpg) * KC);
