@@ -263,3 +263,8 @@ def test_tied_table_packed_once(tmp_path):
         assert model.lm_head.packed_weight is model.model.embed_tokens.packed_weight
         with torch.no_grad():
             assert torch.equal(model(input_ids=ids).logits, want)
+        model.tie_weights()  # the pair shares its table already: left as it is
+        model.tie_weights(recompute_mapping=False)
+        assert model.lm_head.packed_weight is model.model.embed_tokens.packed_weight
+        with torch.no_grad():
+            assert torch.equal(model(input_ids=ids).logits, want)

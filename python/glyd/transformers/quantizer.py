@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import logging
 import os
+import types
 
 import torch
 from transformers.quantizers.base import HfQuantizer
@@ -108,6 +109,17 @@ def _tie_to_packed_tables(model) -> list:
             tied[f"{tmod}.{holder_name(tattr)}.{k}"] = f"{smod}.{holder_name(sattr)}.{k}"
         out.append((tmod, tattr, smod, sattr))
     return out
+
+
+def get_expanded_tied_weights_keys(self, *args, **kwargs):
+    """transformers' tied-weights mapping of a loaded model without the pairs
+    that already share one packed table (a tied lm_head, _tie_to_packed_tables):
+    model.tie_weights() would look the packed table up as a parameter and
+    raise; with this, it re-ties the other pairs and leaves those as they are.
+    Bound to the model instance at load (named as the method it stands in for,
+    so that a pickled model finds it again)."""
+    keys = type(self).get_expanded_tied_weights_keys(self, *args, **kwargs)
+    return {t: s for t, s in keys.items() if t not in self._glyd_packed_ties}
 
 
 class GlydHfQuantizer(HfQuantizer):
@@ -198,6 +210,9 @@ class GlydHfQuantizer(HfQuantizer):
         for tmod, tattr, smod, sattr in self.shared:  # one holder for the tied pair
             model.get_submodule(tmod)._modules[holder_name(tattr)] = model.get_submodule(smod)._modules[
                 holder_name(sattr)]
+        if self.shared:
+            model._glyd_packed_ties = frozenset(f"{tmod}.{tattr}" for tmod, tattr, _, _ in self.shared)
+            model.get_expanded_tied_weights_keys = types.MethodType(get_expanded_tied_weights_keys, model)
         for _, m in iter_packed_modules(model):
             m.exact = exact
             experts = hasattr(m, "_glyd_routing_arg")
