@@ -145,6 +145,16 @@ func matrixDims(t *DeviceTensor) (int64, int64, error) {
 // escRowsBytes is the size of the row part of the escape index (8-aligned).
 func escRowsBytes(rows int64) uint64 { return (4*uint64(rows+1) + 7) &^ 7 }
 
+// escapeIndex returns the device addresses of the row part and the records of
+// t's escape index (BuildEscapeIndex, t.EscRows; t seen as a matrix of n
+// rows) as the kernels take them, or 0, 0 when t has no escapes.
+func (t *DeviceTensor) escapeIndex(n int64) (rows, recs C.glyd_u64) {
+	if t.Groups[0].Escapes == 0 {
+		return 0, 0
+	}
+	return C.glyd_u64(t.EscRows), C.glyd_u64(uint64(t.EscRows) + escRowsBytes(n))
+}
+
 // EscapeIndexBytes is the size of the escape index of t: for the matrix
 // [rows = product of all but the last dimension, K], 4*(rows+1) bytes of
 // per-row ranges (rounded up to 8) followed by 8 bytes per escape (its column
@@ -253,8 +263,7 @@ func DecodeRows(dev int, stream uintptr, t *DeviceTensor, row0, rows int64, dst 
 	if err = launchDecodeF12(dev, d, stream, &p, first, cnt); err != nil || g.Escapes == 0 {
 		return err
 	}
-	p.escrows = C.glyd_u64(t.EscRows)
-	p.escrecs = C.glyd_u64(uint64(t.EscRows) + escRowsBytes(n))
+	p.escrows, p.escrecs = t.escapeIndex(n)
 	return launch(dev, kEscapeScatterRows, gridFor(uint64(rows), 8, sms*8), 1, 1, 256, 0, stream, &p)
 }
 
@@ -293,9 +302,6 @@ func DecodeGather(dev int, stream uintptr, t *DeviceTensor, ids uintptr, count i
 	p.dst = C.glyd_u64(dst)
 	p.N = C.glyd_i64(n)
 	p.K = C.glyd_i64(k)
-	if t.Groups[0].Escapes > 0 {
-		p.escrows = C.glyd_u64(t.EscRows)
-		p.escrecs = C.glyd_u64(uint64(t.EscRows) + escRowsBytes(n))
-	}
+	p.escrows, p.escrecs = t.escapeIndex(n)
 	return launch(dev, kDecodeF12Gather, uint32(count), 1, 1, 256, 0, stream, &p)
 }

@@ -24,6 +24,14 @@ func rowsTensor(shape []int64, groups int, layout codec.Layout) *DeviceTensor {
 	return t
 }
 
+// unindexedEscapes gives w's first group escapes and (fake) escape planes but
+// no escape row index: what the fused and row kernels must refuse.
+func unindexedEscapes(w *DeviceTensor) *DeviceTensor {
+	w.Groups[0].Escapes = 3
+	w.Planes[codec.PlaneEscIdx], w.Planes[codec.PlaneEscExp] = 1024, 1280
+	return w
+}
+
 // Argument errors of DecodeRows come before any device work, so they are the
 // same with and without a GPU.
 func TestDecodeRowsArguments(t *testing.T) {
@@ -51,9 +59,7 @@ func TestDecodeRowsArguments(t *testing.T) {
 			t.Errorf("%s: %v (code %v), want %v", c.name, err, status.CodeOf(err), c.code)
 		}
 	}
-	esc := rowsTensor([]int64{4, 16}, 1, codec.Fixed12)
-	esc.Groups[0].Escapes = 3
-	esc.Planes[codec.PlaneEscIdx], esc.Planes[codec.PlaneEscExp] = 1024, 1280
+	esc := unindexedEscapes(rowsTensor([]int64{4, 16}, 1, codec.Fixed12))
 	if err := DecodeRows(0, 0, esc, 0, 1, 4096); status.CodeOf(err) != status.InvalidArgument {
 		t.Errorf("escapes without index: %v", err)
 	}
@@ -214,9 +220,7 @@ func TestDecodeGatherArguments(t *testing.T) {
 			t.Errorf("%s: %v (code %v), want %v", c.name, err, status.CodeOf(err), c.code)
 		}
 	}
-	esc := rowsTensor([]int64{4, 16}, 1, codec.Fixed12)
-	esc.Groups[0].Escapes = 3
-	esc.Planes[codec.PlaneEscIdx], esc.Planes[codec.PlaneEscExp] = 1024, 1280
+	esc := unindexedEscapes(rowsTensor([]int64{4, 16}, 1, codec.Fixed12))
 	if err := DecodeGather(0, 0, esc, 64, 1, 4096); status.CodeOf(err) != status.InvalidArgument {
 		t.Errorf("escapes without index: %v", err)
 	}

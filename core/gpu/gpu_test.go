@@ -156,9 +156,7 @@ func TestLinearManyArgs(t *testing.T) {
 	if err := LinearMany(0, 0, 1024, 1, []*DeviceTensor{q, k}, []uintptr{0}, 2048, 0, 0); status.CodeOf(err) != status.InvalidArgument {
 		t.Fatalf("one bias for two weights: %v", err)
 	}
-	esc := fakeMatrix(64, 64)
-	esc.Groups[0].Escapes = 1
-	esc.Planes[codec.PlaneEscIdx], esc.Planes[codec.PlaneEscExp] = 768, 1024
+	esc := unindexedEscapes(fakeMatrix(64, 64))
 	if err := LinearMany(0, 0, 1024, 1, []*DeviceTensor{esc}, nil, 2048, 0, 0); status.CodeOf(err) != status.InvalidArgument {
 		t.Fatalf("escapes without index: %v", err)
 	}

@@ -519,10 +519,7 @@ func segment(w *DeviceTensor, bias uintptr, ebase uint32) C.glyd_segment {
 	p := groupParams(w, 0)
 	var s C.glyd_segment
 	s.sm, s.code = p.sm, p.code
-	if w.Groups[0].Escapes > 0 {
-		s.escrows = C.glyd_u64(w.EscRows)
-		s.escrecs = C.glyd_u64(uint64(w.EscRows) + escRowsBytes(w.Shape[0]))
-	}
+	s.escrows, s.escrecs = w.escapeIndex(w.Shape[0])
 	s.bias = C.glyd_u64(bias)
 	s.N = C.glyd_i64(w.Shape[0])
 	s.base = p.base

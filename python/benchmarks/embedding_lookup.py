@@ -1,7 +1,7 @@
 """What an embedding lookup costs from a packed table (DeviceTensor.gather)
 against torch's F.embedding on the bf16 table: Qwen3-8B's table (151,936 x
 4,096, randn x 0.02), 1 / 64 / 2,048 ids, a CUDA graph of 20 lookups, median of
-20 replays; every lookup checked torch.equal to F.embedding first. On the GPU
+20 replays (glyd.gpu.bench's timing); every lookup checked torch.equal to F.embedding first. On the GPU
 machine, in the repository root:
 
     GLYD_LIBRARY=build/libglyd.so PYTHONPATH=python python3 python/benchmarks/embedding_lookup.py
@@ -12,28 +12,12 @@ import torch.nn.functional as F
 
 import glyd
 from glyd import _gpu
+from glyd.gpu.bench import _time_graph
 
 
-def graph_us(fn, reps: int = 20) -> float:
-    """Median µs per call of fn in a CUDA graph of `reps` calls."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    times = []
-    for _ in range(20):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps * 1000)
-    return sorted(times)[len(times) // 2]
+def graph_us(fn, calls: int = 20) -> float:
+    """Median µs per call of fn in a CUDA graph of `calls` calls (bench._time_graph)."""
+    return _time_graph(lambda: [fn() for _ in range(calls)], reps=20) / calls * 1000
 
 
 def main() -> None:
