@@ -176,6 +176,19 @@ def test_routing_out_of_range_is_an_error(packed_dir, monkeypatch):
     assert torch.isfinite(out).all()
 
 
+def test_exact_routing_under_graph_capture_reads_nothing_on_the_host(packed_dir, monkeypatch):
+    # exact=True on a GPU decodes the experts a call reads; during a CUDA graph
+    # capture the routing cannot be read on the host, so every expert is named
+    # (AllGroups: decoded on the device) instead of a .tolist() of the routing
+    model = glyd.from_pretrained(packed_dir("qwen3_moe", "fixed12"))
+    mod, args, kwargs, _ = _capture(model, model_inputs("qwen3_moe"))[0]
+    assert isinstance(gpu_experts.routed_groups(mod, args, kwargs), list)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: pytest.fail("a host read of the routing"))
+    assert isinstance(gpu_experts.routed_groups(mod, args, kwargs), gpu_experts.AllGroups)
+
+
 def test_expert_shapes_disagreeing_with_config_fail_at_load(packed_dir, tmp_path):
     import json
     import shutil

@@ -112,9 +112,19 @@ def validate_enabled(module) -> bool:
     return bool(v)
 
 
+def _capturing() -> bool:
+    """Whether the current CUDA stream is being captured into a graph (False
+    without a usable GPU: torch's query raises on a machine without a driver)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _check_routing(module, idx: torch.Tensor, limit: int, what: str = "expert index") -> None:
     if idx.numel() == 0:
         return
+    if idx.is_cuda and _capturing():
+        raise InvalidArgumentError(
+            1, f"{type(module).__name__}: routing validation (GLYD_VALIDATE / glyd_validate) reads the routing on the "
+               f"host, which a CUDA graph capture does not allow: validate in an eager call, capture without it")
     if idx.is_floating_point():
         raise InvalidArgumentError(1, f"{type(module).__name__}: routing indices must be integers, not {idx.dtype}")
     bad = (idx < 0) | (idx >= limit)
@@ -1081,18 +1091,25 @@ def _exact_forward(module, args, kwargs):
 
 def routed_groups(module, args, kwargs):
     """GPU_HOOKS["routed_groups"]: the experts (groups) a call reads, as a list of
-    ints, or None for all. One host synchronization."""
+    ints, or None for all. One host synchronization; none under CUDA graph
+    capture, where the routing cannot be read on the host: AllGroups (every
+    expert decoded on the device, each replay)."""
     spec = spec_of(module)
+    capturing = _capturing()
     if spec.kind == "grouped":
         counts = args[1] if len(args) > 1 else next(iter(kwargs.values()), None)
         if counts is None:
             return None
         if torch.is_tensor(counts):
+            if capturing:
+                return AllGroups()
             counts = counts.tolist()
         if validate_enabled(module) and (len(counts) > spec.num_experts or any(int(c) < 0 for c in counts)):
             raise InvalidArgumentError(1, f"{type(module).__name__}: bad tokens per expert {list(counts)[:8]}")
         return [e for e, c in enumerate(counts) if int(c) > 0]
     if spec.kind == "fused" and spec.all_experts:
+        if capturing:
+            return AllGroups()
         x = args[0]
         E = spec.num_experts
         nz = (x.reshape(E, -1, x.shape[-1]) != 0).any(dim=-1).any(dim=-1)
@@ -1103,8 +1120,8 @@ def routed_groups(module, args, kwargs):
     n = spec.num_total or max((h.num_groups for h in module.glyd_weights().values()), default=0)
     if validate_enabled(module):
         _check_routing(module, idx, n)
-    if nosync(spec, idx.numel(), idx.device):
-        return AllGroups()  # prompts: every expert, decoded without waiting for the routing
+    if capturing or nosync(spec, idx.numel(), idx.device):
+        return AllGroups()  # prompts, graphs: every expert, decoded without waiting for the routing
     ids = torch.unique(idx.detach().reshape(-1)).tolist()
     groups = [i for i in ids if 0 <= i < n]
     if len(groups) != len(ids) and n:

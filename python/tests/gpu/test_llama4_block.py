@@ -75,6 +75,28 @@ def test_graph_replay(blocks):
             assert torch.equal(out, want), f"replay {seed} differs from the family's forward"
 
 
+def test_exact_graph_replay(blocks):
+    """exact=True runs the family's own forward; under capture every expert is
+    decoded on the device (the routing cannot be read on the host), so a graph
+    of the exact block replays new tokens with the bf16 block's bits."""
+    ref, blk = blocks
+    exact = copy.deepcopy(blk)
+    set_exact(exact, True)
+    x = _x(2)
+    with torch.no_grad():
+        exact(x)  # warm-up outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = exact(x)[0]
+        for seed in range(3):
+            x.copy_(_x(2, seed + 1))
+            graph.replay()
+            want = ref(x)[0]
+            torch.cuda.synchronize()
+            assert torch.equal(out, want), f"replay {seed} differs from the bf16 block"
+
+
 def test_family_forward_where_it_does_not_apply(blocks):
     ref, blk = blocks
     x = _x(3).reshape(-1, 512)

@@ -18,6 +18,7 @@ _gpu = pytest.importorskip("glyd._gpu")
 if not torch.cuda.is_available() or not _gpu.available():
     pytest.skip("no CUDA GPU (or libglyd finds no driver)", allow_module_level=True)
 
+from glyd.errors import InvalidArgumentError  # noqa: E402
 from glyd.gpu.bench_moe import BLOCKS, impls, make_block, run, set_impl  # noqa: E402
 from glyd.transformers import gpu_experts  # noqa: E402
 from glyd.transformers.modules import set_exact  # noqa: E402
@@ -67,6 +68,65 @@ def test_block(blocks, tokens):
             got = run(packed, x)
             assert torch.equal(got, want), f"{name} {impl}: exact differs, max {(got.float() - want.float()).abs().max()}"
             set_exact(packed, False)
+
+
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_exact_graph(blocks, tokens):
+    """exact=True under CUDA graph capture: every expert decoded on the device
+    (the routing cannot be read on the host), the family's own forward under a
+    capturable implementation; replays give the bf16 block's bits."""
+    name, ref, packed = blocks
+    impl = "grouped_mm" if impls(ref)[0] else None  # Llama 4: its own forward
+    set_impl(ref, impl)
+    set_impl(packed, impl)
+    x = torch.randn(1, tokens, BLOCKS[name][1], device=DEV, dtype=torch.bfloat16)
+    set_exact(packed, True)
+    try:
+        with torch.no_grad():
+            run(ref, x)
+            try:  # the bf16 block itself first: is this implementation capturable here?
+                with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                    run(ref, x)
+            except RuntimeError as e:
+                pytest.skip(f"transformers' {impl} forward of {name} is not capturable: {e}")
+            run(packed, x)  # warm-up outside the capture
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = run(packed, x)
+            for seed in range(3):
+                x.copy_(torch.randn(x.shape, generator=torch.Generator(device=DEV).manual_seed(seed), device=DEV))
+                graph.replay()
+                want = run(ref, x)
+                torch.cuda.synchronize()
+                assert torch.equal(out, want), f"{name}: exact replay {seed} differs from the bf16 block"
+    finally:
+        set_exact(packed, False)
+
+
+def test_validation_refused_under_capture(blocks, monkeypatch):
+    """Routing validation reads the routing on the host: during a capture it
+    raises a clear error instead of failing the capture; the block still works."""
+    name, ref, packed = blocks
+    if not impls(ref)[0]:
+        pytest.skip("Llama 4's exact path reads no routing indices")
+    set_impl(ref, "grouped_mm")
+    set_impl(packed, "grouped_mm")
+    set_exact(packed, True)
+    x = torch.randn(1, 1, BLOCKS[name][1], device=DEV, dtype=torch.bfloat16)
+    try:
+        with torch.no_grad():
+            monkeypatch.setenv("GLYD_VALIDATE", "1")
+            run(packed, x)  # eager: validated
+            torch.cuda.synchronize()
+            with pytest.raises(InvalidArgumentError, match="capture"):
+                with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                    run(packed, x)
+            torch.cuda.synchronize()
+            monkeypatch.delenv("GLYD_VALIDATE")
+            assert torch.equal(run(packed, x), run(ref, x))
+    finally:
+        set_exact(packed, False)
 
 
 def test_block_sizes(blocks):
