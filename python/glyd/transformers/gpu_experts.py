@@ -1209,7 +1209,9 @@ def _decode_held(holder, sel, out: torch.Tensor) -> torch.Tensor:
     exists) of a GPU holder into out, in the planes' own orientation."""
     ew = _weights_of(holder)
     if sel is None:
-        de = ew.grouped()
+        # during a capture the experts table cannot be built (an exact warm-up
+        # decodes per group and never needs it): then one launch over the tensor
+        de = ew.grouped() if ew._grouped is not None or not _capturing() else None
         if de is not None:
             de.decode(out=out)
         else:
