@@ -185,3 +185,19 @@ def safetensors_offsets(path, name):
         header = json.loads(f.read(n))
     a, b = header[name]["data_offsets"]
     return 8 + n + a, 8 + n + b
+
+
+def graph_replays_match(fn, x, new_input, want, what, replays=3):
+    """GPU tests: capture fn(x) in a CUDA graph (fn warmed up outside it), then
+    replay it on `replays` new inputs new_input(i) written into x, each output
+    torch.equal to want(x)."""
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(x)
+    for i in range(replays):
+        x.copy_(new_input(i))
+        graph.replay()
+        expect = want(x)
+        torch.cuda.synchronize()
+        assert torch.equal(out, expect), f"{what}: replay {i} differs"

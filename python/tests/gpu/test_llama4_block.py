@@ -16,6 +16,7 @@ _gpu = pytest.importorskip("glyd._gpu")
 if not torch.cuda.is_available() or not _gpu.available():
     pytest.skip("no CUDA GPU (or libglyd finds no driver)", allow_module_level=True)
 
+from conftest import graph_replays_match  # noqa: E402
 from glyd.gpu import bench_moe  # noqa: E402
 from glyd.transformers import gpu_experts  # noqa: E402
 from glyd.transformers.modules import set_exact  # noqa: E402
@@ -63,16 +64,8 @@ def test_graph_replay(blocks):
     x = _x(2)
     with torch.no_grad():
         blk(x)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = blk(x)[0]
-        for seed in range(3):
-            x.copy_(_x(2, seed + 1))
-            graph.replay()
-            want = _family(blk, x)[0]
-            torch.cuda.synchronize()
-            assert torch.equal(out, want), f"replay {seed} differs from the family's forward"
+        graph_replays_match(lambda x: blk(x)[0], x, lambda i: _x(2, i + 1), lambda x: _family(blk, x)[0],
+                            "against the family's forward")
 
 
 def test_exact_graph_replay(blocks):
@@ -85,16 +78,8 @@ def test_exact_graph_replay(blocks):
     x = _x(2)
     with torch.no_grad():
         exact(x)  # warm-up outside the capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = exact(x)[0]
-        for seed in range(3):
-            x.copy_(_x(2, seed + 1))
-            graph.replay()
-            want = ref(x)[0]
-            torch.cuda.synchronize()
-            assert torch.equal(out, want), f"replay {seed} differs from the bf16 block"
+        graph_replays_match(lambda x: exact(x)[0], x, lambda i: _x(2, i + 1), lambda x: ref(x)[0],
+                            "exact, against the bf16 block")
 
 
 def test_family_forward_where_it_does_not_apply(blocks):

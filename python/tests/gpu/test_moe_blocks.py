@@ -18,6 +18,7 @@ _gpu = pytest.importorskip("glyd._gpu")
 if not torch.cuda.is_available() or not _gpu.available():
     pytest.skip("no CUDA GPU (or libglyd finds no driver)", allow_module_level=True)
 
+from conftest import graph_replays_match  # noqa: E402
 from glyd.errors import InvalidArgumentError  # noqa: E402
 from glyd.gpu.bench_moe import BLOCKS, impls, make_block, run, set_impl  # noqa: E402
 from glyd.transformers import gpu_experts  # noqa: E402
@@ -27,6 +28,11 @@ DEV = torch.device("cuda", 0)
 
 #: Block output, elementwise: |got - ref| <= MOE_TOL * (|ref| + rms(ref)).
 MOE_TOL = 2.0 ** -5
+
+
+def new_x(x):
+    """Inputs of x's shape for graph replays, one per index."""
+    return lambda i: torch.randn(x.shape, generator=torch.Generator(device=DEV).manual_seed(i), device=DEV)
 
 
 def close(got, ref, tol=MOE_TOL):
@@ -90,16 +96,8 @@ def test_exact_graph(blocks, tokens):
             except RuntimeError as e:
                 pytest.skip(f"transformers' {impl} forward of {name} is not capturable: {e}")
             run(packed, x)  # warm-up outside the capture
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = run(packed, x)
-            for seed in range(3):
-                x.copy_(torch.randn(x.shape, generator=torch.Generator(device=DEV).manual_seed(seed), device=DEV))
-                graph.replay()
-                want = run(ref, x)
-                torch.cuda.synchronize()
-                assert torch.equal(out, want), f"{name}: exact replay {seed} differs from the bf16 block"
+            graph_replays_match(lambda x: run(packed, x), x, new_x(x), lambda x: run(ref, x),
+                                f"{name} exact, against the bf16 block")
     finally:
         set_exact(packed, False)
 
@@ -159,14 +157,10 @@ def test_decode_step_graph(blocks, tokens, monkeypatch):
         hook.remove()
         prompt = name == "llama4-scout" and tokens > 128
         assert calls == ["nosync" if prompt else "grouped-kernel"]
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = run(packed, x)
-        for seed in range(3):
-            x.copy_(torch.randn(x.shape, generator=torch.Generator(device=DEV).manual_seed(seed), device=DEV))
-            graph.replay()
-            want = run(packed, x)
-            torch.cuda.synchronize()
-            assert torch.equal(out, want), f"{name}: replay {seed} differs from an eager call"
-            close(out, run(ref, x))
+
+        def eager(x):
+            got = run(packed, x)
+            close(got, run(ref, x))
+            return got
+
+        graph_replays_match(lambda x: run(packed, x), x, new_x(x), eager, f"{name}, against an eager call")
