@@ -18,6 +18,8 @@ CFG=$1 TOP=${2:-30}
   --section SourceCounters --section WarpStateStats --section SpeedOfLight --section Occupancy --section LaunchStats \
   python3 ${SCRIPT:-python/benchmarks/profile_linear.py} $CFG >/dev/null 2>&1 || { echo "ncu failed"; exit 1; }
 "$NCU" -i "$REP.ncu-rep" --page details 2>&1 | grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Compute \(SM\)|Grid Size|Block Size|Waves Per SM|Issue Slots Busy|No Eligible|Active Warps Per" | head -24
+# uncoalesced global sectors and shared-memory bank conflicts (excess wavefronts), as ncu words them
+"$NCU" -i "$REP.ncu-rep" --page details 2>&1 | grep -E "excessive (sectors|wavefronts)" | sed 's/^ *//' | head -4
 "$NCU" -i "$REP.ncu-rep" --page source --csv --print-source sass > "$REP.csv" 2>&1 || { head -5 "$REP.csv"; exit 1; }
 python3 - "$REP.csv" "$TOP" <<'PY'
 import csv, sys
