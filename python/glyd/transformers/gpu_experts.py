@@ -53,7 +53,8 @@ This module fills the experts hooks of :data:`glyd.transformers.modules.GPU_HOOK
   unchanged (hence the very torch ops of the bf16 model under the same experts
   implementation), reading its expert weights from a device scratch buffer
   where only the experts that receive tokens were decoded (decode kernel,
-  bit-exact). Outputs are torch.equal to the bf16 model's.
+  bit-exact; during a CUDA graph capture all of them, the routing being
+  unreadable on the host). Outputs are torch.equal to the bf16 model's.
 * ``"linear"``: filled by glyd.transformers.gpu_linear (register() calls it):
   GlydLinear through the fused kernel or, exact, decode + F.linear (shared
   experts, dense layers, Switch/NLLB experts).
