@@ -1237,9 +1237,7 @@ def _dbrx_forward(self, hidden_states, top_k_index, top_k_weights):
         return out.view(hidden_states.shape[0], -1, self.hidden_size)
     if validate_enabled(mlp):
         _check_routing(mlp, top_k_index, spec_of(mlp).num_experts)
-    # the experts the call reads (read on the host when first iterated), or
-    # during a CUDA graph capture all of them, decoded on the device
-    mlp.__dict__["_glyd_active"] = AllGroups() if _capturing() else _m._RoutedGroups(top_k_index)
+    mlp.__dict__["_glyd_active"] = _m._RoutedGroups(top_k_index)
     try:
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     finally:
