@@ -219,7 +219,7 @@ class ExpertWeights:
             return None
         self._refresh()
         if self._grouped is None:
-            if torch.cuda.is_current_stream_capturing():
+            if _capturing():
                 raise RuntimeError(
                     f"glyd: the packed experts {h.attr!r} {h.shape} were never used on {h.device} before this CUDA "
                     f"graph capture; their experts table must be built outside the capture: run one forward pass "
@@ -1331,7 +1331,7 @@ def relay_wanted(module, holder) -> bool:
 
     if holder.relaid or module.exact or os.environ.get("GLYD_MOE_RELAYOUT", "") in ("0", "false", "False"):
         return False
-    if not relayable(holder) or torch.cuda.is_current_stream_capturing():
+    if not relayable(holder) or _capturing():
         return False
     _, a, b = holder.shape  # [E, in, out]: re-laid [E, out, in]
     return _kernels_on() and _grouped_reads((b, a), False)
