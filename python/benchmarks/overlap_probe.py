@@ -4,8 +4,14 @@ gate_up weights (24576 x 4096, fixed12) at each token count, CUDA graphs of:
 the GEMMs alone (bf16 weights), the decodes alone, both one after the other,
 both on two streams (decode of weight i + 1 beside the GEMM of weight i: what
 a pipelined prompt path would get), and the prompt path as it is (decode tiles
-+ cuBLAS). Prints ms per weight."""
++ cuBLAS). Prints ms per weight.
 
+GLYD_CARVEOUT=c0,c1,... repeats every timing with cuBLAS confined to all but
+c SMs (torch._C._set_sm_carveout_experimental; applies to cuBLASLt GEMMs, so
+GLYD_BLAS=cublaslt makes torch.mm use cuBLASLt), leaving those SMs to the
+decode on the side stream."""
+
+import os
 import sys
 
 import torch
@@ -23,6 +29,9 @@ dts = [_gpu.DeviceTensor(glyd.pack(w), dev) for w in ws]
 wb = [w.to(dev) for w in ws]
 bufs = [torch.empty(n, k, dtype=torch.bfloat16, device=dev) for _ in range(2)]
 side = torch.cuda.Stream(dev)
+carveouts = [int(c) for c in os.environ.get("GLYD_CARVEOUT", "").split(",") if c] or [None]
+if os.environ.get("GLYD_BLAS"):
+    torch.backends.cuda.preferred_blas_library(os.environ["GLYD_BLAS"])
 
 
 def decode(i, buf):
@@ -65,7 +74,11 @@ for t in tokens:
         for i in range(LAYERS):
             dts[i].linear_tiles(x, None, y)
 
-    r = {name: _time_graph(fn, 10) / LAYERS for name, fn in
-         [("gemm", gemms), ("decode", decodes), ("serial", serial), ("overlapped", overlapped),
-          ("prompt path", prompt_path)]}
-    print(f"{t} tokens, ms per weight: " + ", ".join(f"{a} {b:.3f}" for a, b in r.items()))
+    for c in carveouts:
+        torch._C._set_sm_carveout_experimental(c)
+        r = {name: _time_graph(fn, 10) / LAYERS for name, fn in
+             [("gemm", gemms), ("decode", decodes), ("serial", serial), ("overlapped", overlapped),
+              ("prompt path", prompt_path)]}
+        torch._C._set_sm_carveout_experimental(None)
+        print(f"{t} tokens, carveout {c}, ms per weight: " + ", ".join(f"{a} {b:.3f}" for a, b in r.items()),
+              flush=True)
