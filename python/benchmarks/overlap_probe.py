@@ -9,7 +9,13 @@ a pipelined prompt path would get), and the prompt path as it is (decode tiles
 GLYD_CARVEOUT=c0,c1,... repeats every timing with cuBLAS confined to all but
 c SMs (torch._C._set_sm_carveout_experimental; applies to cuBLASLt GEMMs, so
 GLYD_BLAS=cublaslt makes torch.mm use cuBLASLt), leaving those SMs to the
-decode on the side stream."""
+decode on the side stream.
+
+--profile: instead of the timings, one replay of the GEMMs, the decodes and
+decode-then-GEMM each under torch.profiler (timeline.py), per weight: the span
+of its kernels, the time each kind ran (GEMM, decode, escapes) and the idle
+time between kernels — whether decode-then-GEMM costs more than its kernels
+(session 24 item 9: it does not, in one replay)."""
 
 import os
 import sys
@@ -19,9 +25,11 @@ import torch
 import glyd
 from glyd import _gpu
 from glyd.gpu.bench import _time_graph
+from timeline import gpu_events, graph_replay_profile
 
 LAYERS = 4
-tokens = [int(a) for a in sys.argv[1:]] or [512, 2048]
+PROFILE = "--profile" in sys.argv[1:]
+tokens = [int(a) for a in sys.argv[1:] if a != "--profile"] or [512, 2048]
 dev = torch.device("cuda", 0)
 n, k = 24576, 4096
 ws = [(torch.randn(n, k) * 0.02).to(torch.bfloat16) for _ in range(LAYERS)]
@@ -36,6 +44,27 @@ if os.environ.get("GLYD_BLAS"):
 
 def decode(i, buf):
     dts[i].decode_rows(0, n, out=buf)
+
+
+def kernel_kind(name: str) -> str:
+    if "escape" in name:
+        return "escapes"
+    return "decode" if "glyd_decode" in name else "gemm"
+
+
+def profile_rows(t, graphs):
+    """--profile: one replay of each graph, its kernels summed by kind, µs per weight."""
+    print(f"| {t} tokens, µs per weight | span | gemm | decode | escapes | idle between kernels |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, fn in graphs:
+        busy = {"gemm": 0.0, "decode": 0.0, "escapes": 0.0}
+        idle = end = 0.0
+        for _, start, dur, name in gpu_events(graph_replay_profile(fn)):
+            busy[kernel_kind(name)] += dur
+            idle += max(0.0, start - end)
+            end = max(end, start + dur)
+        print(f"| {label} | {end / LAYERS:.1f} | " + " | ".join(f"{v / LAYERS:.1f}" for v in busy.values())
+              + f" | {idle / LAYERS:.1f} |", flush=True)
 
 
 for t in tokens:
@@ -74,6 +103,9 @@ for t in tokens:
         for i in range(LAYERS):
             dts[i].linear_tiles(x, None, y)
 
+    if PROFILE:
+        profile_rows(t, [("GEMMs alone", gemms), ("decodes alone", decodes), ("decode then GEMM", serial)])
+        continue
     for c in carveouts:
         torch._C._set_sm_carveout_experimental(c)
         r = {name: _time_graph(fn, 10) / LAYERS for name, fn in
