@@ -208,10 +208,12 @@ class ExpertWeights:
                                            device=h.device)
         return self._full
 
-    def grouped(self):
+    def grouped(self, required: bool = True):
         """The glyd._gpu.DeviceExperts of this tensor (its experts table built
         once), or None where the experts kernels do not apply (not fixed12/bf16
-        on a GPU, or planes the grouped kernel cannot read aligned)."""
+        on a GPU, or planes the grouped kernel cannot read aligned). The table
+        cannot be built during a CUDA graph capture: then a RuntimeError saying
+        so, or None when not required (the caller has another way)."""
         from .. import _gpu
 
         h = self.holder
@@ -220,6 +222,8 @@ class ExpertWeights:
         self._refresh()
         if self._grouped is None:
             if _capturing():
+                if not required:
+                    return None
                 raise RuntimeError(
                     f"glyd: the packed experts {h.attr!r} {h.shape} were never used on {h.device} before this CUDA "
                     f"graph capture; their experts table must be built outside the capture: run one forward pass "
@@ -1210,9 +1214,9 @@ def _decode_held(holder, sel, out: torch.Tensor) -> torch.Tensor:
     exists) of a GPU holder into out, in the planes' own orientation."""
     ew = _weights_of(holder)
     if sel is None:
-        # during a capture the experts table cannot be built (an exact warm-up
-        # decodes per group and never needs it): then one launch over the tensor
-        de = ew.grouped() if ew._grouped is not None or not _capturing() else None
+        # an exact warm-up decodes per group and never builds the experts
+        # table, which a capture cannot: then one launch over the tensor
+        de = ew.grouped(required=False)
         if de is not None:
             de.decode(out=out)
         else:
