@@ -770,14 +770,15 @@ struct RowEscapes {
 // A consumer lane's ring of U k-blocks of its two rows' weights (the prompt
 // tiles), block j of the split in slot j % U, the next U - 1 on their way:
 // in registers, or (SMEM_W) in shared memory from sbase on, 48 bytes per
-// thread of the block's 256 and slot: sm of row 0 at +0, row 1 at +4096,
-// both rows' code bytes at +8192, 16 bytes per thread in each; one cp.async
+// thread of the block's THREADS and slot: sm of row 0 at +0, row 1 at
+// +PITCH, both rows' code bytes at +2 * PITCH, 16 bytes per thread in each
+// (PITCH = 16 * THREADS); one cp.async
 // commit group per block (empty past the split's last), so that block j is
 // there when U - 2 groups are pending. Weights are immutable: the
 // constructor starts the first blocks, before griddep_wait.
-template <int U, bool SMEM_W>
+template <int U, bool SMEM_W, int THREADS = 256>
 struct WeightRing {
-	static constexpr uint32_t PITCH = 16 * 256, SLOT = 3 * PITCH;
+	static constexpr uint32_t PITCH = 16 * THREADS, SLOT = 3 * PITCH;
 	WarpRows wr;
 	uint32_t slot0;
 	int32_t kb_lo, nkb, K32;
@@ -1016,18 +1017,24 @@ GLYD_LINW(32, 1, 4, 4, 2, (192, 3))
 GLYD_LINW(64, 1, 4, 4, 4, (256))
 
 // Hopper (sm_90a), many tokens (prompts, large batches): the wgmma tile with
-// two consumer warpgroups on 128 weight rows (warpgroup c owns rows
+// WG consumer warpgroups on 64 * WG weight rows (warpgroup c owns rows
 // 64c..64c+63, warp w of the block rows 16w..16w+15) sharing each stage of
 // TB tokens and taking turns at the tensor cores (below), so that one
-// warpgroup's decode runs under the other's wgmma's.
+// warpgroup's decode runs under another's wgmma's. WG = 2 (two blocks per
+// SM) or 3 (one block per SM of 192 rows): a block's time is mostly its own
+// chain of weights, decode, turn and wgmma, so what an SM gets done grows
+// with the warpgroups it holds, and Qwen3-8B's 24,576 rows make 128 tiles of
+// 192 (a wave on 132 SMs) where 192 tiles of 128 leave 72 SMs one block
+// (session 25: gate_up at 128 tokens 0.879 -> 0.760 ms for 12 layers).
 // Activations come by the bulk copy engine from a copy of x laid out as the
 // stages (glyd_lin_xperm_t{TB}, launched just before, into p.dst): stage
 // image (mtile, kb) at p.dst + (mtile * KB + kb) * TB * 128, KB the 64-k
 // blocks of K. No producer warp (a ninth warp would cap every thread at 168
 // registers: three warps on one scheduler's register file): thread 0 starts
-// the first S copies, and the last of the 8 warps to finish its wgmma's on a
-// stage (a shared counter) starts the stage's next copy; each copy completes
-// on the stage's mbarrier FULL[s], whose phase the warps wait on.
+// the first S copies, and the last of the 4 * WG warps to finish its
+// wgmma's on a stage (a shared counter) starts the stage's next copy; each
+// copy completes on the stage's mbarrier FULL[s], whose phase the warps
+// wait on.
 // Weights: a ring of U k-blocks per lane, U - 1 ahead (WeightRing): in
 // registers, or (SMEM_W) each lane copying its own 48 bytes of a k-block
 // into shared memory and reading them back when it decodes (no registers
@@ -1043,13 +1050,13 @@ GLYD_LINW(64, 1, 4, 4, 4, (256))
 // 512 tokens that loop, 32 groups of 8 tokens per escape with a dependent
 // load each, took a quarter of the kernel).
 // Shared memory: FULL[S] at byte 640, the counters at 768, the stages from
-// byte 1024, then (SMEM_W) the U weight slots (12 KiB each: 48 bytes per
-// thread), all overlaid by the epilogue's [TB][132] tile.
-template <int TB, int S, int U, bool SMEM_W, bool CLUSTERS, bool SAFE>
+// byte 1024, then (SMEM_W) the U weight slots (48 bytes per thread: 12 KiB
+// at WG = 2), all overlaid by the epilogue's [TB][64 * WG + 4] tile.
+template <int TB, int S, int U, bool SMEM_W, bool CLUSTERS, bool SAFE, int WG = 2>
 __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, int64_t mtile, int64_t ntile,
                                             uint32_t split_z) {
 #ifdef GLYD_WGMMA
-	constexpr int ROWS = 128, NT = TB / 8, STAGE = TB * 128, WARPS = 8;
+	constexpr int ROWS = 64 * WG, NT = TB / 8, STAGE = TB * 128, WARPS = 4 * WG;
 	static_assert(8 * S <= 128 && 4 * S <= 256 && U >= 2, "shared layout, ring");
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = warp >> 2;
 	const int64_t K = p.K;
@@ -1070,7 +1077,7 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 
 	griddep_launch();
 	const uint32_t B4 = p.base * 0x01010101u;
-	WeightRing<U, SMEM_W> wts(p, n0 + warp * 16, ring_s + S * STAGE, kb_lo, nkb);
+	WeightRing<U, SMEM_W, 128 * WG> wts(p, n0 + warp * 16, ring_s + S * STAGE, kb_lo, nkb);
 	const uint2 *rec = pin((const uint2 *)p.escrecs);
 	RowEscapes re[2];
 #pragma unroll
@@ -1122,11 +1129,11 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 			// issued block j - 1's (named barrier 1), warpgroup 1 after
 			// warpgroup 0 issued block j's (barrier 2), so the tensor cores
 			// run one group's wgmma's while the other decodes.
-			if (c == 0 && j > 0) bar_sync(1, 256);
-			if (c == 1) bar_sync(2, 256);
+			// (WG warpgroups: c waits for c - 1, 0 for WG - 1's previous block.)
+			if (c > 0 || j > 0) bar_sync(1 + c, 256);
 			wgmma_kblock<TB>(acc[0], A, ring_s + stage * STAGE);
-			if (c == 0) bar_arrive(2, 256);
-			if (c == 1 && j + 1 < nkb) bar_arrive(1, 256);
+			if (c < WG - 1) bar_arrive(2 + c, 256);
+			else if (j + 1 < nkb) bar_arrive(1, 256);
 			wgmma_wait<0>();
 			// The last warp done with the stage refills it (the counter is
 			// reset before the copy can complete, so before its next use).
@@ -1145,26 +1152,27 @@ __device__ __forceinline__ void prompt_tile(const glyd_kparams &p, float *smem, 
 	glyd_kparams q = p;
 	q.escrows = 0; // the escapes are in the products already
 	if (CLUSTERS && cluster_launch(p))
-		block_epilogue<1, NT, 8, 1, SAFE, true, true>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
+		block_epilogue<1, NT, 4 * WG, 1, SAFE, true, true>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
 	else
-		block_epilogue<1, NT, 8, 1, SAFE, true>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
+		block_epilogue<1, NT, 4 * WG, 1, SAFE, true>(q, (float *)ring, nullptr, acc, n0, m0, split_z);
 #else
 	__trap(); // the host picks these kernels on sm_90 only
 #endif
 }
 
-template <int TB, int S, int U, bool SMEM_W, bool CLUSTERS, bool MANY, bool SAFE>
+template <int TB, int S, int U, bool SMEM_W, bool CLUSTERS, int WG, bool MANY, bool SAFE>
 __device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *smem) {
 	if (MANY) {
 		int64_t tile = blockIdx.y;
-		glyd_kparams q = segment_tile<128>(p, &tile);
+		glyd_kparams q = segment_tile<64 * WG>(p, &tile);
 		if (CLUSTERS && cluster_launch(p)) q.ws = 0; // (segment_tile offsets it)
-		prompt_tile<TB, S, U, SMEM_W, CLUSTERS, SAFE>(q, smem, blockIdx.x, tile, blockIdx.z);
+		prompt_tile<TB, S, U, SMEM_W, CLUSTERS, SAFE, WG>(q, smem, blockIdx.x, tile, blockIdx.z);
 	} else {
-		prompt_tile<TB, S, U, SMEM_W, CLUSTERS, SAFE>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+		prompt_tile<TB, S, U, SMEM_W, CLUSTERS, SAFE, WG>(p, smem, blockIdx.x, blockIdx.y, blockIdx.z);
 	}
 }
-// BOUNDS as for GLYD_LINW: t64 and t128 capped for two blocks per SM.
+// BOUNDS as for GLYD_LINW: t64 and t128 capped for two blocks per SM, the
+// three-warpgroup tile (g3: GLYD_LINPW3) one.
 // GLYD_LINP: weights in registers (u: U k-blocks per lane); GLYD_LINPW: in
 // shared memory (w: U slots). CLUSTERS: the kernel can add its splits in a
 // cluster (core/gpu/linear.go's linConfig.Clusters must agree). Not the
@@ -1173,17 +1181,20 @@ __device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *
 // H200 the clusters of the Qwen3-8B and 32B shapes there never fit (48
 // tiles of qkv in 5 splits where 47 clusters of 5 fit; 64 tiles of o in 4
 // where 62 of 4 fit).
-#define GLYD_LINP_(NAME, TB, S, U, SMEM_W, CLUSTERS, BOUNDS)                                             \
-	GLYD_KERNEL_PAIR(NAME, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, CLUSTERS, false)                \
-	GLYD_KERNEL_PAIR(NAME##_many, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, CLUSTERS, true)
+#define GLYD_LINP_(NAME, TB, S, U, SMEM_W, CLUSTERS, WG, BOUNDS)                                         \
+	GLYD_KERNEL_PAIR(NAME, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, CLUSTERS, WG, false)            \
+	GLYD_KERNEL_PAIR(NAME##_many, BOUNDS, linear_f12_prompt, TB, S, U, SMEM_W, CLUSTERS, WG, true)
 #define GLYD_LINP(TB, S, U, CLUSTERS, BOUNDS)                                                             \
-	GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##u##U, TB, S, U, false, CLUSTERS, BOUNDS)
+	GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##u##U, TB, S, U, false, CLUSTERS, 2, BOUNDS)
 #define GLYD_LINPW(TB, S, U, CLUSTERS, BOUNDS)                                                            \
-	GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##w##U, TB, S, U, true, CLUSTERS, BOUNDS)
+	GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##w##U, TB, S, U, true, CLUSTERS, 2, BOUNDS)
+// Three consumer warpgroups, 192 weight rows per block (g3).
+#define GLYD_LINPW3(TB, S, U, BOUNDS) GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##w##U##g3, TB, S, U, true, false, 3, BOUNDS)
 
 GLYD_LINP(64, 4, 2, true, (256, 2))
 GLYD_LINPW(128, 4, 4, false, (256, 2))
 GLYD_LINP(256, 4, 2, true, (256, 1))
+GLYD_LINPW3(128, 4, 4, (384, 1))
 
 // x [rows, K] as the prompt tiles' stage images (prompt_tile) at p.dst: one
 // thread per item (mtile, kb, tok, ch), 32 consecutive threads writing 8

@@ -206,7 +206,7 @@ func init() {
 }
 
 // maxDynSmem is the largest dynamic shared memory any configuration asks for.
-const maxDynSmem = 134 * 1024
+const maxDynSmem = 140 * 1024
 
 type device struct {
 	once sync.Once

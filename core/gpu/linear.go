@@ -36,13 +36,22 @@ type linConfig struct {
 
 // promptConfig is the many-token configuration (glyd_lin_f12p_t{tb}s{s}u{u},
 // sm_90 only): tb tokens, 128 weight rows per block in two consumer
-// warpgroups (8 warps, WN = 8), s activation stages filled by the bulk copy
-// engine from x laid out as the stages (glyd_lin_xperm_t{tb}, into the
-// workspace), a ring of u k-blocks of weights per lane in registers, or in
-// shared memory when smemW (glyd_lin_f12p_t{tb}s{s}w{u}); clusters: the
-// kernel can add its splits in a cluster (linConfig.Clusters).
+// warpgroups (8 warps, WN = 8; prompt3Config: 192 in three), s activation
+// stages filled by the bulk copy engine from x laid out as the stages
+// (glyd_lin_xperm_t{tb}, into the workspace), a ring of u k-blocks of weights
+// per lane in registers, or in shared memory when smemW
+// (glyd_lin_f12p_t{tb}s{s}w{u}); clusters: the kernel can add its splits in a
+// cluster (linConfig.Clusters).
 func promptConfig(tb, s, u int, smemW, clusters bool) linConfig {
 	return linConfig{MT: 1, NT: tb / 8, WN: 8, WK: 1, U: u, Kind: linPrompt, S: s, SmemW: smemW, Clusters: clusters}
+}
+
+// prompt3Config is promptConfig with three consumer warpgroups: 192 weight
+// rows per block, one block per SM (glyd_lin_f12p_…g3; no clusters).
+func prompt3Config(tb, s, u int, smemW bool) linConfig {
+	c := promptConfig(tb, s, u, smemW, false)
+	c.WN = 12
+	return c
 }
 
 // regConfig is the mma.sync configuration of mt x nt tiles per warp, wn x wk
@@ -84,7 +93,11 @@ func (c linConfig) name() string {
 		if c.SmemW {
 			ring = "w"
 		}
-		return fmt.Sprintf("glyd_lin_f12p_t%ds%d%s%d", c.tokens(), c.S, ring, c.U)
+		g := ""
+		if c.WN == 12 {
+			g = "g3"
+		}
+		return fmt.Sprintf("glyd_lin_f12p_t%ds%d%s%d%s", c.tokens(), c.S, ring, c.U, g)
 	}
 	return fmt.Sprintf("glyd_lin_f12_m%dn%dw%dk%du%d", c.MT, c.NT, c.WN, c.WK, c.U)
 }
@@ -139,7 +152,9 @@ func (c linConfig) smemWith(vec bool) int {
 //   - 9..64 tokens on sm_90: the wgmma kernel (one instruction per 64 rows x
 //     all tokens x 16 k; kernels/linear.cu) in 16-, 32- and 64-token tiles;
 //   - 65 tokens and more on sm_90, and 33..64 on weights of >= 96 tiles: the
-//     prompt tiles (128 weight rows, 64, 128 or 256 tokens per block).
+//     prompt tiles (128 weight rows in two warpgroups, 64, 128 or 256
+//     tokens per block; 192 rows in three for 128 tokens, where the
+//     two-warpgroup tile is a runner-up since session 25).
 //
 // Sweeps of the configurations tried and removed: docs/PERFORMANCE.md.
 var linConfigs = []linConfig{
@@ -156,9 +171,10 @@ var linConfigs = []linConfig{
 	wgConfig(32, 2, 4, 2, 2),             // 10
 	wgConfig(32, 1, 4, 4, 2),             // 11: registers capped for 3 blocks per SM
 	wgConfig(64, 1, 4, 4, 4),             // 12
-	promptConfig(128, 4, 4, true, false), // 13: no clusters (kernels/linear.cu, GLYD_LINP_)
+	promptConfig(128, 4, 4, true, false), // 13: no clusters (kernels/linear.cu, GLYD_LINP_); runner-up
 	promptConfig(256, 4, 2, false, true), // 14
 	promptConfig(64, 4, 2, false, true),  // 15
+	prompt3Config(128, 4, 4, true),       // 16
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -187,7 +203,13 @@ var linConfigs = []linConfig{
 //     tokens the prompt tiles, 128 tokens per block to 128 tokens (two
 //     64-token tiles cost 1.4-1.6x as much at 96-128 tokens, session 11;
 //     its weights in a shared-memory ring of 4: table 1 at 128 tokens 6-9%
-//     faster than 2 in registers, session 16), 256 beyond (2 k-blocks in
+//     faster than 2 in registers, session 16), since session 25 in three
+//     warpgroups, 192 rows, one block per SM (ms for 12 layers at 128
+//     tokens: gate_up 0.879 -> 0.760, qkv 0.367 -> 0.346, down 0.546 ->
+//     0.527, o within 3%; table 1, 36 layers, 96 / 128 tokens 1.449 / 1.469
+//     -> 1.294-1.305 / 1.338-1.364; the 64-token tile in three warpgroups
+//     was level with two at 48-64 tokens and is not built); 256 tokens
+//     beyond (2 k-blocks in
 //     flight in registers: 4 measured slower at 2 blocks per SM and no
 //     faster at 1; the shared ring of 5-8 4-10% slower, session 16).
 //   - elsewhere, the session-3 sweep: m1n2w1k8u1 to 16 tokens, m2n4w1k8u1
@@ -220,7 +242,7 @@ func pickConfig(rows, n int64, hopper bool) int {
 	case hopper && rows <= 64:
 		return 12 // t64k1s4u4p4
 	case hopper && rows <= 128:
-		return 13 // t128s4w4
+		return 16 // t128s4w4g3
 	case hopper:
 		return 14 // t256s4u2
 	case rows <= 16:
