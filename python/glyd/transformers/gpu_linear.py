@@ -14,7 +14,8 @@ input is on a CUDA device calls :func:`linear_forward`. Two paths (D9):
     decode steps, small batches, short prompts): Glyd's fused kernel
     (``glyd_gpu_linear``) decodes the weight in registers inside the matmul
     (wgmma on sm_90; from 65 rows, and from 33 on weights of 6,144+ rows,
-    the prompt tiles: 128 weight rows by 64, 128 or 256 tokens per block);
+    the prompt tiles: 128 or 192 weight rows by 64, 128 or 256 tokens per
+    block);
   - from ``prompt_rows()`` rows on (prompts): the weight is decoded a tile of
     rows at a time (``glyd_gpu_decode_rows``, bit-exact; tiles of 256 MiB of
     bf16, so most weights are one tile: cuBLAS needs wide GEMMs) into a
