@@ -209,9 +209,13 @@ var linConfigs = []linConfig{
 //     0.527, o within 3%; table 1, 36 layers, 96 / 128 tokens 1.449 / 1.469
 //     -> 1.294-1.305 / 1.338-1.364; the 64-token tile in three warpgroups
 //     was level with two at 48-64 tokens and is not built); 256 tokens
-//     beyond (2 k-blocks in
-//     flight in registers: 4 measured slower at 2 blocks per SM and no
-//     faster at 1; the shared ring of 5-8 4-10% slower, session 16).
+//     beyond (2 k-blocks in flight in registers: 4 measured slower at 2
+//     blocks per SM and no faster at 1; the shared ring of 5-8 4-10%
+//     slower, session 16), but on weights of >= 264 tiles (gate_up) the
+//     three-warpgroup 128-token tile to 384 tokens (session 25, 12 layers
+//     of the four linears: 192 / 256 / 384 tokens 3.248 / 3.522 / 5.077 ->
+//     3.170 / 3.333 / 4.951 ms; qkv, o and down faster on the 256-token
+//     tile).
 //   - elsewhere, the session-3 sweep: m1n2w1k8u1 to 16 tokens, m2n4w1k8u1
 //     to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
 func pickConfig(rows, n int64, hopper bool) int {
@@ -241,7 +245,7 @@ func pickConfig(rows, n int64, hopper bool) int {
 		return 15 // t64s4u2 (prompt tile)
 	case hopper && rows <= 64:
 		return 12 // t64k1s4u4p4
-	case hopper && rows <= 128:
+	case hopper && rows <= 128, hopper && rows <= 384 && tiles >= splitTarget:
 		return 16 // t128s4w4g3
 	case hopper:
 		return 14 // t256s4u2
