@@ -232,3 +232,50 @@ func TestInClusters(t *testing.T) {
 		}
 	}
 }
+
+// The three-warpgroup prompt tile runs where its blocks fill the GPU's waves
+// at least as well as the two-warpgroup tile it replaces: on 132 SMs
+// gate_up's 24,576 rows are one wave of its 128 tiles, on 114 SMs two.
+// The workspace bound covers whichever of the two a device runs.
+func TestPickByWaves(t *testing.T) {
+	newDevice := func(sms int) *device {
+		d := &device{info: Info{Major: 9, Minor: 0, SMs: sms}, occ: make([][2]int, len(linConfigs)),
+			clusters: make([][2][9]int, len(linConfigs))}
+		d.occ[cfgPrompt128] = [2]int{2, 2}
+		d.occ[cfgPrompt256] = [2]int{1, 1}
+		d.occ[cfgPrompt128g3] = [2]int{1, 1}
+		return d
+	}
+	gateUp := []*DeviceTensor{fakeMatrix(24576, 4096)}
+	o := []*DeviceTensor{fakeMatrix(4096, 4096)}
+	for _, c := range []struct {
+		sms, rows int
+		ws        []*DeviceTensor
+		want      int
+	}{
+		{132, 128, gateUp, cfgPrompt128g3}, // 128 blocks in 132 slots against 192 in 264
+		{114, 128, gateUp, cfgPrompt128},   // two waves against 192 blocks in 228 slots
+		{132, 96, o, cfgPrompt128g3},       // 22 tiles in 6 splits: 132 blocks
+		{132, 256, gateUp, cfgPrompt128g3}, // 256 blocks in two waves of 132, against 192 in two
+		{114, 256, gateUp, cfgPrompt256},   // 256 in three waves of 114, against 192 in two
+		{132, 384, gateUp, cfgPrompt128g3}, // 384 in three waves either way: the tie goes to three warpgroups
+		{132, 512, gateUp, cfgPrompt256},   // beyond 384 tokens: pickConfig's choice
+		{132, 64, gateUp, 15},              // not a three-warpgroup choice
+	} {
+		d := newDevice(c.sms)
+		if got := d.pick(c.rows, c.ws, 4096); got != c.want {
+			t.Errorf("%d SMs, %d rows, %d weight rows: %s, want %s", c.sms, c.rows, sumRows(c.ws), linConfigs[got].name(), linConfigs[c.want].name())
+		}
+		bound, err := LinearManyWorkspaceBound(c.ws, c.rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ci := range []int{pickConfig(int64(c.rows), sumRows(c.ws), true), c.want} {
+			cfg := linConfigs[ci]
+			s, _ := d.splitOf(ci, false, weightTiles(cfg, c.ws), 4096, c.rows)
+			if need, _ := cfg.workspace(sumRows(c.ws), 4096, int64(c.rows), s); need > bound {
+				t.Errorf("%d rows, %s: workspace %d > bound %d", c.rows, cfg.name(), need, bound)
+			}
+		}
+	}
+}

@@ -246,7 +246,7 @@ func pickConfig(rows, n int64, hopper bool) int {
 	case hopper && rows <= 64:
 		return 12 // t64k1s4u4p4
 	case hopper && rows <= 128, hopper && rows <= 384 && tiles >= splitTarget:
-		return 16 // t128s4w4g3
+		return cfgPrompt128g3 // t128s4w4g3 (device.pick may run the two-warpgroup tile instead)
 	case hopper:
 		return 14 // t256s4u2
 	case rows <= 16:
@@ -258,6 +258,58 @@ func pickConfig(rows, n int64, hopper bool) int {
 	default:
 		return 5 // m1n8w4k2u1
 	}
+}
+
+// The prompt tiles device.pick weighs against each other.
+const (
+	cfgPrompt128   = 13 // t128s4w4: two warpgroups
+	cfgPrompt256   = 14 // t256s4u2
+	cfgPrompt128g3 = 16 // t128s4w4g3: three warpgroups, one block per SM
+)
+
+// promptAlternative is the two-warpgroup tile that device.pick runs instead
+// of the three-warpgroup one pickConfig chose (ci) where that fills the
+// GPU's waves better, or -1 for any other choice.
+func promptAlternative(ci, rows int) int {
+	switch {
+	case ci != cfgPrompt128g3:
+		return -1
+	case rows > 128:
+		return cfgPrompt256
+	}
+	return cfgPrompt128
+}
+
+// pick is pickConfig on device d for one launch of the weights ws (K = k):
+// the three-warpgroup prompt tile only where its blocks fill the GPU's waves
+// at least as well as the two-warpgroup tile it replaces. It was chosen on
+// 132-SM parts, where gate_up's 24,576 rows make one wave of its 128 tiles;
+// on a 114-SM H100 PCIe the same tiles take two waves, where the 192 tiles
+// of the two-warpgroup tile take one of 228 slots.
+func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
+	ci := pickConfig(int64(rows), sumRows(ws), d.hopper())
+	alt := promptAlternative(ci, rows)
+	if alt < 0 || d.waveFill(ci, rows, ws, k) >= d.waveFill(alt, rows, ws, k) {
+		return ci
+	}
+	return alt
+}
+
+// waveFill is the share of the GPU's resident slots that a launch of
+// configuration ci over ws keeps busy through its waves: blocks / (waves x
+// slots).
+func (d *device) waveFill(ci, rows int, ws []*DeviceTensor, k int64) float64 {
+	c := linConfigs[ci]
+	many := len(ws) > 1
+	slots := int64(d.occ[ci][boolIndex(many)] * d.info.SMs)
+	if slots <= 0 {
+		return 0
+	}
+	tiles := weightTiles(c, ws)
+	s, _ := d.splitOf(ci, many, tiles, k, rows)
+	blocks := tiles * c.tokenTiles(int64(rows)) * s
+	waves := (blocks + slots - 1) / slots
+	return float64(blocks) / float64(waves*slots)
 }
 
 // splitTarget is the number of blocks below which K is split over blocks:
@@ -392,7 +444,7 @@ func ConfigFor(dev int, w *DeviceTensor, rows int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return linConfigs[pickConfig(int64(rows), w.Shape[0], d.hopper())].name(), nil
+	return linConfigs[d.pick(rows, []*DeviceTensor{w}, w.Shape[1])].name(), nil
 }
 
 // SplitFor reports how Linear would split K on device dev for w and rows
@@ -407,7 +459,7 @@ func SplitFor(dev int, w *DeviceTensor, rows int) (splits int, clusters bool, er
 	if err != nil {
 		return 0, false, err
 	}
-	ci := pickConfig(int64(rows), w.Shape[0], d.hopper())
+	ci := d.pick(rows, []*DeviceTensor{w}, w.Shape[1])
 	c := linConfigs[ci]
 	if d.canRun(c, c.name()) != nil {
 		return 1, false, nil
@@ -458,8 +510,8 @@ func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
 
 // LinearManyWorkspaceBound returns the workspace LinearMany needs for ws and
 // rows tokens, in bytes (its launches run in stream order and share it). It
-// does not depend on the device: the larger of the Hopper and the other
-// choice.
+// does not depend on the device: the largest of the Hopper choices (with the
+// tile device.pick may run instead) and the other choice.
 func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 	k, err := manyDims(ws)
 	if err != nil {
@@ -472,9 +524,15 @@ func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 	for _, ch := range chunks(ws) {
 		n := sumRows(ch)
 		for _, hopper := range []bool{false, true} {
-			c := linConfigs[pickConfig(int64(rows), n, hopper)]
-			total, _ := c.workspace(n, k, int64(rows), c.splits(weightTiles(c, ch), k, int64(rows), wgmmaSlotsMax))
-			need = max(need, total)
+			ci := pickConfig(int64(rows), n, hopper)
+			for _, cj := range []int{ci, promptAlternative(ci, rows)} {
+				if cj < 0 {
+					continue
+				}
+				c := linConfigs[cj]
+				total, _ := c.workspace(n, k, int64(rows), c.splits(weightTiles(c, ch), k, int64(rows), wgmmaSlotsMax))
+				need = max(need, total)
+			}
 		}
 	}
 	return need, nil
@@ -642,7 +700,7 @@ func LinearMany(dev int, stream uintptr, x uintptr, rows int, ws []*DeviceTensor
 // single-weight kernel, several the _many one.
 func (d *device) linearLaunch(dev int, stream uintptr, x uintptr, rows int, k int64, ws []*DeviceTensor, biases []uintptr, y, workspace uintptr, wsBytes uint64) error {
 	n := sumRows(ws)
-	ci := pickConfig(int64(rows), n, d.hopper())
+	ci := d.pick(rows, ws, k)
 	c := linConfigs[ci]
 	if err := d.canRun(c, c.name()); err != nil {
 		return err
