@@ -93,11 +93,11 @@ func (c linConfig) name() string {
 		if c.SmemW {
 			ring = "w"
 		}
-		g := ""
-		if c.WN == 12 {
-			g = "g3"
+		name := fmt.Sprintf("glyd_lin_f12p_t%ds%d%s%d", c.tokens(), c.S, ring, c.U)
+		if wg := c.WN / 4; wg != 2 { // consumer warpgroups, when not the two of promptConfig
+			name += fmt.Sprintf("g%d", wg)
 		}
-		return fmt.Sprintf("glyd_lin_f12p_t%ds%d%s%d%s", c.tokens(), c.S, ring, c.U, g)
+		return name
 	}
 	return fmt.Sprintf("glyd_lin_f12_m%dn%dw%dk%du%d", c.MT, c.NT, c.WN, c.WK, c.U)
 }
@@ -248,7 +248,7 @@ func pickConfig(rows, n int64, hopper bool) int {
 	case hopper && rows <= 128, hopper && rows <= 384 && tiles >= splitTarget:
 		return cfgPrompt128g3 // t128s4w4g3 (device.pick may run the two-warpgroup tile instead)
 	case hopper:
-		return 14 // t256s4u2
+		return cfgPrompt256 // t256s4u2
 	case rows <= 16:
 		return 2 // m1n2w1k8u1
 	case rows <= 32:
