@@ -1,5 +1,5 @@
 // fakecuda.cc — a fake libcuda.so.1 that runs the pack kernels of
-// kernels/pack.cu, the fixed12 decode / escape index kernels of
+// kernels/pack.cu, kernels/tile.cu, the fixed12 decode / escape index kernels of
 // kernels/decode.cu, the split-K reduce, generic kernel and x layout kernels
 // of kernels/linear.cu and the transposed experts, SwiGLU and routing-id kernels
 // of kernels/moe.cu on the CPU, with "device memory" = host memory. Tests
@@ -24,6 +24,7 @@ uint32_t emu_shfl[32][32];
 #include "../../core/gpu/glyd_kernel_params.h"
 #include "block_scan.inc" // block_exclusive_sum, extracted from kernels/decode.cu by run.sh
 #include "../pack.cu"
+#include "../tile.cu"
 
 // decode.cu's fixed12 and escape kernels (extracted by run.sh), with CPU
 // versions of the PTX helpers they use: in this namespace they hide the
@@ -163,7 +164,7 @@ static kern kernels[] = {
     {"glyd_pack_zero", glyd_pack_zero},   {"glyd_pack_hist", glyd_pack_hist},
     {"glyd_pack_crc", glyd_pack_crc},     {"glyd_pack_count", glyd_pack_count},
     {"glyd_pack_f12", glyd_pack_f12},     {"glyd_pack_small_count", glyd_pack_small_count},
-    {"glyd_pack_small", glyd_pack_small},
+    {"glyd_pack_small", glyd_pack_small},     {"glyd_tile_bytes", glyd_tile_bytes},
     {"glyd_decode_f12_vec", emu_decode::glyd_decode_f12_vec},
     {"glyd_decode_f12_scalar", emu_decode::glyd_decode_f12_scalar},
     // The bulk-copy kernel has the vec kernel's contract and parameters (its

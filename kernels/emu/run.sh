@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kernels/emu/run.sh — build the fake libcuda.so.1 (kernels/emu/fakecuda.cc:
-# kernels/pack.cu, decode.cu's fixed12 kernels, linear.cu's split-K reduce,
+# kernels/pack.cu, tile.cu, decode.cu's fixed12 kernels, linear.cu's split-K reduce,
 # generic kernel and x layout kernels, moe.cu's transposed experts, SwiGLU,
 # combine, routing-id, top-1 and scaled-gather kernels on
 # the CPU) and run core/gpu's emulated tests

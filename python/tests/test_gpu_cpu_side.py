@@ -514,7 +514,7 @@ def test_linear_tiles_cpu(monkeypatch, n, tile_mb, tiles, bias):
     monkeypatch.setattr(_gpu, "_stream", lambda device: 0)
     dt = object.__new__(_gpu.DeviceTensor)
     dt.device, dt.layout, dt.shape, dt.groups, dt._c = torch.device("cpu"), "fixed12", (n, k), [None], _gpu.GpuTensor()
-    dt._tileable = True
+    dt._matrix = True
     rows0, mb0 = _gpu.PROMPT_ROWS, _gpu.PROMPT_TILE_MB
     try:
         _gpu.set_prompt_rows(256)

@@ -1,0 +1,166 @@
+package gpu
+
+import (
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/glyd/glyd/core/codec"
+	"github.com/glyd/glyd/core/status"
+)
+
+// tiledIndex is the reference of the tiled arrangement (docs/FORMAT.md,
+// "Planes on the GPU"; kernels/common.cuh, plane_index): the place of element
+// e of a matrix of k columns in tiled planes (a byte of sm, a nibble of code).
+func tiledIndex(e, k int64) int64 {
+	n, c := e/k, e%k
+	return (n&^15)*k + (n&15)*64 + (c&^63)*16 + c&63
+}
+
+// Argument errors of Tile and of the kernels that take row-major planes only
+// come before any device work, so they are the same with and without a GPU.
+func TestTileArguments(t *testing.T) {
+	ok := rowsTensor([]int64{32, 128}, 1, codec.Fixed12)
+	tiled := *ok
+	tiled.Tiled = true
+	cases := []struct {
+		name     string
+		t        *DeviceTensor
+		sm, code uintptr
+		want     status.Code
+	}{
+		{"nil tensor", nil, 8192, 16384, status.InvalidArgument},
+		{"rows % 16", rowsTensor([]int64{24, 128}, 1, codec.Fixed12), 8192, 16384, status.Unsupported},
+		{"K % 64", rowsTensor([]int64{32, 96}, 1, codec.Fixed12), 8192, 16384, status.Unsupported},
+		{"groups", rowsTensor([]int64{32, 128}, 2, codec.Fixed12), 8192, 16384, status.Unsupported},
+		{"smallest", rowsTensor([]int64{32, 128}, 1, codec.Smallest), 8192, 16384, status.Unsupported},
+		{"1-D", rowsTensor([]int64{4096}, 1, codec.Fixed12), 8192, 16384, status.Unsupported},
+		{"nil sm destination", ok, 0, 16384, status.InvalidArgument},
+		{"misaligned code destination", ok, 8192, 16392, status.InvalidArgument},
+		// the planes of ok: sm [256, 4352), code [512, 2560)
+		{"destination over the sm plane", ok, 4336, 16384, status.InvalidArgument},
+		{"destination over the code plane", ok, 8192, 1536, status.InvalidArgument},
+		{"destinations overlap", ok, 8192, 8192 + 2048, status.InvalidArgument},
+	}
+	for _, c := range cases {
+		if err := Tile(0, 0, c.t, c.sm, c.code); status.CodeOf(err) != c.want {
+			t.Errorf("%s: %v (code %v), want %v", c.name, err, status.CodeOf(err), c.want)
+		}
+	}
+	bad := *rowsTensor([]int64{24, 128}, 1, codec.Fixed12)
+	bad.Tiled = true
+	if err := bad.validate(); status.CodeOf(err) != status.InvalidArgument {
+		t.Errorf("a tensor marked tiled whose shape has no tiled arrangement: %v", err)
+	}
+	if err := DecodeGather(0, 0, &tiled, 4096, 1, 8192); status.CodeOf(err) != status.Unsupported {
+		t.Errorf("gather of tiled planes: %v", err)
+	}
+	if _, _, _, err := expertDims(&tiled); status.CodeOf(err) != status.Unsupported {
+		t.Errorf("experts of tiled planes: %v", err)
+	}
+	// one launch per run of equally arranged weights (glyd_kparams.tiled is the launch's)
+	ws := []*DeviceTensor{&tiled, &tiled, ok, &tiled}
+	got := chunks(ws)
+	if len(got) != 3 || len(got[0]) != 2 || len(got[1]) != 1 || len(got[2]) != 1 {
+		t.Errorf("chunks of tiled, tiled, row-major, tiled: %d launches", len(got))
+	}
+}
+
+// TestTileEmulated tiles packed matrices with escapes through kernels/emu's
+// fake libcuda and checks the planes against the reference arrangement
+// (tiledIndex), then that the tiled tensor decodes (whole and by rows, on the
+// vector and the scalar kernel), builds its escape index and multiplies (the
+// generic kernel) exactly as the row-major one, and tiles back to the
+// codec's planes. Run it with kernels/emu/run.sh; skipped otherwise.
+func TestTileEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	rnd := lcg(23)
+	var mem fakeMemory
+	for _, sh := range [][2]int64{{16, 64}, {32, 128}, {48, 192}, {64, 256}} {
+		n, k := sh[0], sh[1]
+		x := escapeMatrix(t, rnd, n, k)
+		w, idx, keep := placeWithIndex(t, x, n, k, 0)
+		sm, code := mem.alloc(int(n*k)), mem.alloc(int(n*k/2))
+		if err := Tile(0, 0, w, addr(sm), addr(code)); err != nil {
+			t.Fatalf("%dx%d: %v", n, k, err)
+		}
+		pk, err := codec.Pack(x, codec.BF16, []int64{n, k}, codec.Options{Layout: codec.Fixed12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rsm, rcode := pk.Planes[codec.PlaneSM], pk.Planes[codec.PlaneCode] // what placeWithIndex placed
+		for e := int64(0); e < n*k; e++ {
+			i := tiledIndex(e, k)
+			if sm[i] != rsm[e] || code[i/2]>>(4*(i&1))&15 != rcode[e/2]>>(4*(e&1))&15 {
+				t.Fatalf("%dx%d: element %d is not at %d of the tiled planes", n, k, e, i)
+			}
+		}
+		tw := *w
+		tw.Tiled = true
+		tw.Planes[codec.PlaneSM], tw.Planes[codec.PlaneCode] = addr(sm), addr(code)
+		tidx := make([]uint64, len(idx))
+		if err := BuildEscapeIndex(0, 0, &tw, addr(tidx)); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(tidx, idx) {
+			t.Fatalf("%dx%d: the escape index of the tiled planes differs", n, k)
+		}
+		tw.EscRows = addr(tidx)
+
+		// whole: the vector kernel (aligned destination), the scalar one (not)
+		for _, off := range []int{0, 1} {
+			out := make([]uint16, n*k+16)
+			at := (addr(out)+15)&^15 + 2*uintptr(off)
+			if err := Decode(0, 0, &tw, AllGroups, at); err != nil {
+				t.Fatal(err)
+			}
+			skip := int64(at-addr(out)) / 2
+			if got := out[skip : skip+n*k]; !slices.Equal(got, x) {
+				t.Fatalf("%dx%d (dst +%d): the tiled planes decode differently", n, k, off)
+			}
+		}
+		// row ranges: whole 16-row groups (the vector kernel) and others (scalar)
+		for _, r := range [][2]int64{{0, n}, {16, n - 16}, {0, 16}, {3, 5}, {n - 1, 1}, {5, n - 5}} {
+			row0, rows := r[0], r[1]
+			if rows <= 0 {
+				continue
+			}
+			out := make([]uint16, rows*k+8)
+			at := (addr(out) + 15) &^ 15
+			if err := DecodeRows(0, 0, &tw, row0, rows, at); err != nil {
+				t.Fatal(err)
+			}
+			skip := int64(at-addr(out)) / 2
+			if !slices.Equal(out[skip:skip+rows*k], x[row0*k:(row0+rows)*k]) {
+				t.Fatalf("%dx%d rows [%d, +%d): the tiled planes decode differently", n, k, row0, rows)
+			}
+		}
+		// the generic kernel (x misaligned): the same bits as on row-major planes
+		const tokens = 3
+		xb := mem.alloc(2*tokens*int(k) + 2)[2:]
+		for i := range xb {
+			xb[i] = byte(rnd())&0xbf | 0x30 // finite bf16 of moderate size
+		}
+		y, ty := mem.alloc(2*tokens*int(n)), mem.alloc(2*tokens*int(n))
+		if err := Linear(0, 0, addr(xb), tokens, w, 0, addr(y), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := Linear(0, 0, addr(xb), tokens, &tw, 0, addr(ty), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(y, ty) {
+			t.Fatalf("%dx%d: the generic kernel multiplies the tiled planes differently", n, k)
+		}
+		// and back
+		bsm, bcode := mem.alloc(int(n*k)), mem.alloc(int(n*k/2))
+		if err := Tile(0, 0, &tw, addr(bsm), addr(bcode)); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(bsm, rsm) || !slices.Equal(bcode, rcode) {
+			t.Fatalf("%dx%d: tiled and back is not the codec's planes", n, k)
+		}
+		runtime.KeepAlive(keep)
+		runtime.KeepAlive(idx)
+	}
+	runtime.KeepAlive(&mem)
+}
