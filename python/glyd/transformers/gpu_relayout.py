@@ -60,6 +60,9 @@ def relayout(holder, relaid: bool):
     transposed (synchronizes the current stream once per chunk)."""
     # normal tensors even when the first forward runs under torch.inference_mode():
     # they become parameters that load_state_dict may later write into
+    if bool(relaid) == bool(holder.relaid):
+        raise InvalidArgumentError(2, f"the packed tensor {holder.attr!r} is already in "
+                                      f"{'the kernels' if relaid else 'its stored'} arrangement")
     with torch.inference_mode(False), torch.no_grad():
         if len(holder.shape) == 2:
             return _tile(holder, relaid)
@@ -73,9 +76,6 @@ def _tile(holder, tiled: bool):
         raise InvalidArgumentError(1, f"the packed tensor {holder.attr!r} {holder.shape} ({holder.layout}, "
                                       f"{holder.dtype}, on {holder.device}) cannot be tiled: that needs a fixed12 "
                                       f"bf16 matrix on a GPU")
-    if bool(tiled) == bool(holder.relaid):
-        raise InvalidArgumentError(2, f"the packed tensor {holder.attr!r} is already "
-                                      f"{'tiled' if tiled else 'row-major'}")
     held = holder.planes()
     src = _gpu.DeviceTensor(layout="fixed12", shape=holder.shape, groups=holder.groups, planes=held,
                             device=holder.device, tiled=holder.relaid)
@@ -93,9 +93,6 @@ def _relayout(holder, relaid: bool) -> dict:
         raise InvalidArgumentError(1, f"the packed tensor {holder.attr!r} {holder.shape} ({holder.layout}, "
                                       f"{holder.dtype}, on {holder.device}) cannot be re-laid: that needs "
                                       f"fixed12 bf16 experts [E, a, b] on a GPU")
-    if bool(relaid) == bool(holder.relaid):
-        raise InvalidArgumentError(2, f"the packed tensor {holder.attr!r} is already "
-                                      f"{'relaid' if relaid else 'in its stored orientation'}")
     src_shape = holder.device_shape
     E, a, b = src_shape
     held = holder.planes()
