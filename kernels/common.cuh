@@ -153,7 +153,7 @@ __device__ __forceinline__ float bf16_to_f32(uint32_t bits16) {
 __device__ __forceinline__ int64_t row_at(int64_t n, int64_t K, uint32_t tiled) {
 	return tiled ? (n & ~(int64_t)15) * K + (n & 15) * 64 : n * K;
 }
-__device__ __forceinline__ int32_t kblock_step(uint32_t tiled) { return tiled ? 1024 : 64; }
+__device__ __forceinline__ uint32_t kblock_step(uint32_t tiled) { return tiled ? 1024u : 64u; }
 
 // The place in the planes of element e (= n * K + k) of the matrix.
 __device__ __forceinline__ uint64_t plane_index(uint64_t e, uint32_t tiled) {

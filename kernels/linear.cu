@@ -457,7 +457,7 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 			smr[mt][h] = pin(sm + at + 16 * t);
 			cdr[mt][h] = pin(code + at / 2 + 8 * t);
 		}
-	const int32_t KS = kblock_step(p.tiled);
+	const uint32_t KS = kblock_step(p.tiled);
 	const uint16_t *xr[NT];
 #pragma unroll
 	for (int nt = 0; nt < NT; nt++) {
@@ -480,13 +480,14 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 		for (int u = 0; u < U; u++) {
 			const int32_t kb = kbase + u * WK;
 			const int32_t k0 = kb * 64; // this lane's k is k0 + 16t (in the pointers)
+			const uint32_t at = (uint32_t)kb * KS; // its bytes of sm from the rows' first (code: half)
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++)
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
 					if (kb < kb_hi32 && k0 + 16 * t < K32) {
-						b.s[u][mt][h] = ld_stream16(smr[mt][h] + kb * KS);
-						b.c[u][mt][h] = ld_stream8(cdr[mt][h] + kb * KS / 2);
+						b.s[u][mt][h] = ld_stream16(smr[mt][h] + at);
+						b.c[u][mt][h] = ld_stream8(cdr[mt][h] + (at >> 1));
 					} else {
 						b.s[u][mt][h] = make_uint4(0, 0, 0, 0);
 						b.c[u][mt][h] = make_uint2(0, 0);
@@ -692,7 +693,7 @@ __device__ __forceinline__ uint32_t stage_offset(int tok, int ch) {
 struct WarpRows {
 	const uint8_t *smr[2], *cdr[2];
 	int t;
-	int32_t ks;
+	uint32_t ks;
 	__device__ __forceinline__ WarpRows(const glyd_kparams &p, int64_t row0) {
 		const int lane = threadIdx.x & 31;
 		t = lane & 3;
@@ -708,11 +709,12 @@ struct WarpRows {
 	}
 	// Both rows' weights of k-block kb, or zeros (valid false, or past K).
 	__device__ __forceinline__ void load(uint4 (&s2)[2], uint2 (&c2)[2], int32_t kb, bool valid, int32_t K32) const {
+		const uint32_t at = (uint32_t)kb * ks;
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			if (valid && kb * 64 + 16 * t < K32) {
-				s2[h] = ld_stream16(smr[h] + kb * ks);
-				c2[h] = ld_stream8(cdr[h] + kb * ks / 2);
+				s2[h] = ld_stream16(smr[h] + at);
+				c2[h] = ld_stream8(cdr[h] + (at >> 1));
 			} else {
 				s2[h] = make_uint4(0, 0, 0, 0);
 				c2[h] = make_uint2(0, 0);
@@ -724,11 +726,11 @@ struct WarpRows {
 	// 0 first), zeros past K; nothing is copied when valid is false.
 	__device__ __forceinline__ void stage(uint32_t dst, uint32_t pitch, int32_t kb, bool valid, int32_t K32) const {
 		if (!valid) return;
-		const uint32_t bytes = kb * 64 + 16 * t < K32 ? 16 : 0;
+		const uint32_t bytes = kb * 64 + 16 * t < K32 ? 16 : 0, at = (uint32_t)kb * ks;
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			cp_async16(dst + pitch * h, smr[h] + kb * ks, bytes);
-			cp_async8(dst + 2 * pitch + 8 * h, cdr[h] + kb * ks / 2, bytes / 2);
+			cp_async16(dst + pitch * h, smr[h] + at, bytes);
+			cp_async8(dst + 2 * pitch + 8 * h, cdr[h] + (at >> 1), bytes / 2);
 		}
 	}
 };

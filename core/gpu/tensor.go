@@ -96,8 +96,8 @@ func (t *DeviceTensor) validate() error {
 		if err := t.tileable(); err != nil {
 			return status.Errorf(status.InvalidArgument, "gpu: tensor marked tiled: %v", err)
 		}
-		if k := t.Shape[len(t.Shape)-1]; k/64 >= 1<<31 {
-			return status.Errorf(status.Unsupported, "gpu: tiled K = %d is too large", k)
+		if k := t.Shape[len(t.Shape)-1]; k >= 1<<28 { // the kernels' 32-bit offsets in a 16-row band
+			return status.Errorf(status.Unsupported, "gpu: tiled K = %d is too large (< 2^28)", k)
 		}
 	}
 	return nil
