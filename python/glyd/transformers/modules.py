@@ -222,6 +222,7 @@ class PackedWeight(nn.Module):
 
     def _load_from_state_dict(self, *args, **kwargs):
         self.relay(False)  # loaded planes are in the stored orientation
+        self.__dict__.pop("_glyd_relay_checked", None)  # re-laid again at the next use, if wanted
         return super()._load_from_state_dict(*args, **kwargs)
 
     def packed(self) -> PackedTensor:

@@ -19,6 +19,7 @@ Skipped without a GPU.
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 import torch
@@ -32,7 +33,7 @@ if not torch.cuda.is_available() or not _gpu.available():
     pytest.skip("no CUDA GPU (or libglyd finds no driver)", allow_module_level=True)
 
 from glyd.errors import UnsupportedError  # noqa: E402
-from glyd.transformers.modules import GlydEmbedding, GlydLinear, iter_packed_modules  # noqa: E402
+from glyd.transformers.modules import GlydEmbedding, GlydLinear, PackedWeight, iter_packed_modules  # noqa: E402
 
 from conftest import make_model, model_inputs  # noqa: E402
 from test_kernels import ROWS, bits, safe_weights, weights  # noqa: E402
@@ -187,3 +188,51 @@ def test_module_weights_tiled_at_first_use(tmp_path, monkeypatch):
     assert not model.model.layers[0].self_attn.q_proj.packed_weight.relaid
     model.to(DEV)
     assert torch.equal(_logits(model), got)
+
+
+def test_a_tiled_holder_leaves_with_its_stored_planes():
+    """PackedWeight of a matrix, tiled in place (relay): the same bits decoded,
+    the stored planes in packed(), state_dict(), copies, pickles,
+    load_state_dict() and .cpu(); tiling under inference_mode leaves normal
+    tensors; a shape without the arrangement stays as it is."""
+    from glyd.tensor import PLANE_NAMES
+
+    w = weights((320, 1024), seed=30, specials=True)
+    p = glyd.pack(w)
+    h = PackedWeight.from_packed("weight", p, scratch_key="tiled-test")
+    h.to(DEV)
+    h.materialize_empty_planes()
+    stored = {k: v.detach().cpu().clone() for k, v in h.planes().items()}
+
+    def same_planes(got):
+        for name in PLANE_NAMES:
+            g, want = got.get(name), stored.get(name)
+            if want is None or want.numel() == 0:
+                assert g is None or g.numel() == 0, name
+            else:
+                assert torch.equal(g.cpu(), want), name
+
+    with torch.inference_mode():
+        h.relay(True)
+    assert h.relaid and h.tiled and h.device_shape == h.shape and not h.glyd_sm.is_inference()
+    assert not torch.equal(h.glyd_sm.cpu(), stored["sm"])
+    assert torch.equal(bits(h.decode().cpu()), bits(w))
+    same_planes(h.packed().planes)
+    h.verify()
+    sd = h.state_dict()
+    same_planes({k[len("glyd_"):]: v for k, v in sd.items()})
+    for c in (copy.deepcopy(h), pickle.loads(pickle.dumps(h))):
+        assert not c.relaid and "_glyd_relay_checked" not in c.__dict__
+        same_planes(c.planes())
+    assert h.relaid
+    h.load_state_dict(sd)
+    assert not h.relaid
+    same_planes(h.planes())
+    h.relay(True)
+    h.cpu()
+    assert not h.relaid and h.device.type == "cpu"
+    same_planes(h.planes())
+    odd = PackedWeight.from_packed("weight", glyd.pack(weights((40, 1024), seed=31)), scratch_key="tiled-test-odd")
+    odd.to(DEV)
+    odd.relay(True)  # 40 rows: no tiled arrangement
+    assert not odd.relaid
