@@ -583,3 +583,75 @@ def test_siblings_grouped_at_prepare_and_copied_without_device_state():
     assert torch.equal(c.k_proj(x), m.k_proj(x))
     gpu_linear.prepare(c, siblings=False)  # ungrouped
     assert all("_glyd_siblings" not in mod.__dict__ for mod in (c.q_proj, c.k_proj, c.v_proj))
+
+
+class _FakeHolder:
+    """What gpu_linear's tiling policy reads of a PackedWeight on a GPU."""
+
+    def __init__(self, fail=None):
+        self.device = torch.device("cuda", 0)
+        self.relaid, self.calls, self.fail = False, [], fail
+        self.attr, self.shape = "weight", (64, 128)
+
+    def relay(self, relaid):
+        self.calls.append(relaid)
+        if self.fail is not None and relaid:
+            raise self.fail
+        self.relaid = relaid
+
+
+@pytest.fixture
+def tiling(monkeypatch):
+    """gpu_linear._fused_state with the device state stubbed out, outside any capture."""
+    from glyd import _gpu
+
+    monkeypatch.setattr(gpu_linear, "_state", lambda h: "state")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(_gpu, "TILED", True)
+    return monkeypatch
+
+
+def test_fused_weights_are_tiled_once(tiling):
+    h = _FakeHolder()
+    assert gpu_linear._fused_state(h) == "state" and gpu_linear._fused_state(h) == "state"
+    assert h.calls == [True] and h.relaid
+    # an embedding's table (a tied lm_head) goes back to row-major and stays so
+    gpu_linear.embedding_table(h)
+    assert h.calls == [True, False] and not h.relaid
+    t = _FakeHolder()
+    gpu_linear.embedding_table(t)
+    gpu_linear._fused_state(t)
+    assert t.calls == []
+
+
+def test_tiling_off_in_a_capture_and_with_glyd_tiled_0(tiling):
+    from glyd import _gpu
+
+    h = _FakeHolder()
+    tiling.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    gpu_linear._fused_state(h)
+    assert h.calls == [] and "_glyd_relay_checked" not in h.__dict__  # tiled at the next eager call
+    tiling.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    tiling.setattr(_gpu, "TILED", False)
+    gpu_linear._fused_state(h)
+    assert h.calls == []
+
+
+def test_out_of_memory_while_tiling_keeps_row_major(tiling, caplog):
+    h = _FakeHolder(fail=torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    with caplog.at_level("WARNING"):
+        assert gpu_linear._fused_state(h) == "state"
+    assert h.calls == [True] and not h.relaid
+    assert "out of GPU memory tiling" in caplog.text
+
+
+def test_glyd_tiled_environment():
+    import os
+    import subprocess
+    import sys
+
+    code = "import glyd._gpu as g; print(g.TILED)"
+    for value, want in (("0", "False"), ("false", "False"), ("1", "True"), ("", "True")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, "GLYD_TILED": value})
+        assert out.stdout.strip() == want, value

@@ -82,6 +82,7 @@ copied (like nn.Linear, which accepts any strides); an input that is not
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import List, Optional
 
@@ -90,6 +91,8 @@ from torch.nn import functional as F
 
 from ..errors import InvalidArgumentError
 from . import modules as _m
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["linear_forward", "decode_weight", "prepare", "register", "device_tensor", "fused_supported"]
 
@@ -184,14 +187,19 @@ def _fused_state(holder) -> _State:
     the weight runs on its GPU (gpu_relayout) — never later, since a CUDA graph
     captured since holds the planes' addresses. Not a table an embedding
     reads too (a tied lm_head: gather reads row-major planes,
-    embedding_table), nor with glyd._gpu.TILED off (GLYD_TILED=0)."""
+    embedding_table), nor with glyd._gpu.TILED off (GLYD_TILED=0). Out of
+    GPU memory for the new planes: a warning, and the planes stay row-major."""
     if ("_glyd_relay_checked" not in holder.__dict__ and holder.device.type == "cuda"
             and not torch.cuda.is_current_stream_capturing()):
         from .. import _gpu
 
         holder.__dict__["_glyd_relay_checked"] = True
         if _gpu.TILED and not holder.relaid and not holder.__dict__.get("_glyd_table"):
-            holder.relay(True)  # stays row-major where the shape has no tiled arrangement
+            try:
+                holder.relay(True)  # stays row-major where the shape has no tiled arrangement
+            except torch.cuda.OutOfMemoryError:
+                logger.warning("glyd: out of GPU memory tiling the planes of %s %s; the fused kernels read "
+                               "them row-major", holder.attr, holder.shape)
     return _state(holder)
 
 
