@@ -80,6 +80,21 @@ def _time_graph(fn, reps=20, warmup=3):
     return statistics.median(times)
 
 
+def as_loaded(dt):
+    """dt with its planes arranged as a loaded model's fused weights are: tiled
+    (glyd._gpu.DeviceTensor.tile), unless GLYD_TILED=0 or dt has no tiled
+    arrangement (not fixed12, rows % 16, K % 64)."""
+    from .. import _gpu
+    from ..errors import UnsupportedError
+
+    if not _gpu.TILED or dt.layout != "fixed12":
+        return dt
+    try:
+        return dt.tile()
+    except UnsupportedError:
+        return dt
+
+
 def build(model, layers, distinct, layout="fixed12", shapes=None):
     """Per shape: `layers` bf16 weights and DeviceTensors, each in its own memory,
     their planes tiled as a loaded model's are (glyd._gpu.TILED, GLYD_TILED).
@@ -88,7 +103,6 @@ def build(model, layers, distinct, layout="fixed12", shapes=None):
 
     import glyd
     from .. import _gpu
-    from ..errors import UnsupportedError
 
     dev = torch.device("cuda", 0)
     nl, model_shapes = MODELS[model]
@@ -106,13 +120,8 @@ def build(model, layers, distinct, layout="fixed12", shapes=None):
         for li in range(layers):
             p = bases[li % distinct]
             planes = {name: t.clone() for name, t in gpu_planes[li % distinct].items()}
-            dt = _gpu.DeviceTensor(None, dev, layout=p.layout, shape=p.shape, groups=p.groups, planes=planes)
-            if _gpu.TILED and layout == "fixed12":
-                try:
-                    dt = dt.tile()
-                except UnsupportedError:
-                    pass  # no tiled arrangement for this shape
-            dts.append(dt)
+            dts.append(as_loaded(_gpu.DeviceTensor(None, dev, layout=p.layout, shape=p.shape, groups=p.groups,
+                                                   planes=planes)))
             ws.append(dt.decode())
         bits = 8 * sum(pp.packed_bytes for pp in bases) / sum(pp.numel for pp in bases)
         out.append(dict(name=SHAPE_NAMES[si], n=n, k=k, w=ws, dt=dts, bits=bits))
