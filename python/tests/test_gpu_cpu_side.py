@@ -655,3 +655,25 @@ def test_glyd_tiled_environment():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={**os.environ, "GLYD_TILED": value})
         assert out.stdout.strip() == want, value
+
+
+def test_offloaded_planes_keep_their_stored_arrangement(tiling):
+    """An accelerate offload hook (CPU or disk) copies the stored planes in at
+    every call: modules.keep_stored marks those holders at load, and neither
+    the tiling nor the experts' re-lay touches them."""
+    from types import SimpleNamespace
+
+    lin, _ = packed_linear()
+    other, _ = packed_linear(seed=1)
+    root = nn.ModuleDict({"off": nn.ModuleDict({"lin": lin}), "on": nn.ModuleDict({"lin": other})})
+    root["off"]._hf_hook = SimpleNamespace(hooks=[SimpleNamespace(offload=False), SimpleNamespace(offload=True)])
+    root["on"]._hf_hook = SimpleNamespace(offload=False)
+    M.keep_stored(root)
+    assert lin.packed_weight.__dict__.get("_glyd_keep_stored") is True
+    assert "_glyd_keep_stored" not in other.packed_weight.__dict__
+    h = _FakeHolder()
+    h.__dict__["_glyd_keep_stored"] = True
+    gpu_linear._fused_state(h)
+    assert h.calls == []
+    ex = SimpleNamespace(exact=False)
+    assert gpu_experts.relay_wanted(ex, h) is False

@@ -185,16 +185,17 @@ def device_tensor(holder):
 def _fused_state(holder) -> _State:
     """_state for the fused kernels: the planes tiled first, the first time
     the weight runs on its GPU (gpu_relayout) — never later, since a CUDA graph
-    captured since holds the planes' addresses. Not a table an embedding
-    reads too (a tied lm_head: gather reads row-major planes,
-    embedding_table), nor with glyd._gpu.TILED off (GLYD_TILED=0). Out of
-    GPU memory for the new planes: a warning, and the planes stay row-major."""
+    captured since holds the planes' addresses. Not planes that must keep
+    their stored arrangement (modules.keep_stored: a table an embedding reads
+    too, a tied lm_head's; planes an offload hook swaps in), nor with
+    glyd._gpu.TILED off (GLYD_TILED=0). Out of GPU memory for the new planes:
+    a warning, and the planes stay row-major."""
     if ("_glyd_relay_checked" not in holder.__dict__ and holder.device.type == "cuda"
             and not torch.cuda.is_current_stream_capturing()):
         from .. import _gpu
 
         holder.__dict__["_glyd_relay_checked"] = True
-        if _gpu.TILED and not holder.relaid and not holder.__dict__.get("_glyd_table"):
+        if _gpu.TILED and not holder.relaid and not holder.__dict__.get("_glyd_keep_stored"):
             try:
                 holder.relay(True)  # stays row-major where the shape has no tiled arrangement
             except torch.cuda.OutOfMemoryError:
@@ -206,7 +207,7 @@ def _fused_state(holder) -> _State:
 def embedding_table(holder) -> None:
     """The holder is an embedding's table (perhaps a tied lm_head's weight
     too): its planes stay row-major, which the gather kernel reads."""
-    holder.__dict__["_glyd_table"] = True
+    holder.__dict__["_glyd_keep_stored"] = True
     if holder.relaid:
         holder.relay(False)
 
