@@ -583,3 +583,20 @@ def test_siblings_grouped_at_prepare_and_copied_without_device_state():
     assert torch.equal(c.k_proj(x), m.k_proj(x))
     gpu_linear.prepare(c, siblings=False)  # ungrouped
     assert all("_glyd_siblings" not in mod.__dict__ for mod in (c.q_proj, c.k_proj, c.v_proj))
+
+
+def test_offloaded_planes_keep_their_stored_arrangement():
+    """An accelerate offload hook (CPU or disk) copies the stored planes in at
+    every call: modules.keep_stored marks those holders at load, and the
+    experts' re-lay does not touch them."""
+    from types import SimpleNamespace
+
+    lin, _ = packed_linear()
+    other, _ = packed_linear(seed=1)
+    root = nn.ModuleDict({"off": nn.ModuleDict({"lin": lin}), "on": nn.ModuleDict({"lin": other})})
+    root["off"]._hf_hook = SimpleNamespace(hooks=[SimpleNamespace(offload=False), SimpleNamespace(offload=True)])
+    root["on"]._hf_hook = SimpleNamespace(offload=False)
+    M.keep_stored(root)
+    assert lin.packed_weight.__dict__.get("_glyd_keep_stored") is True
+    assert "_glyd_keep_stored" not in other.packed_weight.__dict__
+    assert gpu_experts.relay_wanted(SimpleNamespace(exact=False), lin.packed_weight) is False

@@ -1329,11 +1329,13 @@ def relay_wanted(module, holder) -> bool:
     """Whether experts stored transposed get re-laid (gpu_relayout): planes the
     kernels read (fixed12 bf16 on a GPU, GLYD_MOE_NO_FUSED unset), a re-laid
     shape the tensor-core grouped kernel reads, a module not exact (its decoded
-    weights would be transposed back on every call), no CUDA graph being
+    weights would be transposed back on every call), planes that may leave
+    their stored arrangement (modules.keep_stored), no CUDA graph being
     captured, and GLYD_MOE_RELAYOUT not 0."""
     from .gpu_relayout import relayable
 
-    if holder.relaid or module.exact or os.environ.get("GLYD_MOE_RELAYOUT", "") in ("0", "false", "False"):
+    if (holder.relaid or module.exact or holder.__dict__.get("_glyd_keep_stored")
+            or os.environ.get("GLYD_MOE_RELAYOUT", "") in ("0", "false", "False")):
         return False
     if not relayable(holder) or _capturing():
         return False

@@ -546,10 +546,28 @@ def set_exact(model: nn.Module, exact: bool) -> None:
 
 
 def attach(model: nn.Module) -> None:
-    """Run the "attach" hook on a loaded model (see GPU_HOOKS)."""
+    """Run the "attach" hook on a loaded model (see GPU_HOOKS), after
+    keep_stored."""
+    keep_stored(model)
     fn = GPU_HOOKS.get("attach")
     if fn is not None:
         fn(model)
+
+
+def keep_stored(model: nn.Module) -> None:
+    """Mark the packed weights of ``model`` whose planes an accelerate offload
+    hook (``device_map`` with "cpu" or "disk") puts in place at every call:
+    their planes keep the stored arrangement (``PackedWeight.relay`` would be
+    undone by the hook's next copy, and the kernels would read stored planes
+    as re-laid). A hook added after loading is not seen: re-lay nothing there
+    (``GLYD_MOE_RELAYOUT=0``)."""
+    for m in model.modules():
+        hook = getattr(m, "_hf_hook", None)
+        hooks = getattr(hook, "hooks", None) or ([hook] if hook is not None else [])
+        if any(getattr(h, "offload", False) for h in hooks):
+            for sub in m.modules():
+                if isinstance(sub, PackedWeight):
+                    sub.__dict__["_glyd_keep_stored"] = True
 
 
 def _register_gpu_experts() -> None:
