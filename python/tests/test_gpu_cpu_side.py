@@ -675,5 +675,5 @@ def test_offloaded_planes_keep_their_stored_arrangement(tiling):
     h.__dict__["_glyd_keep_stored"] = True
     gpu_linear._fused_state(h)
     assert h.calls == []
-    ex = SimpleNamespace(exact=False)
-    assert gpu_experts.relay_wanted(ex, h) is False
+    assert gpu_experts.relay_wanted(SimpleNamespace(exact=False), h) is False
+    assert gpu_experts.relay_wanted(SimpleNamespace(exact=False), lin.packed_weight) is False
