@@ -1,10 +1,14 @@
 package gpu
 
 import (
+	"encoding/binary"
+	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/glyd/glyd/core/bf16"
 	"github.com/glyd/glyd/core/codec"
 	"github.com/glyd/glyd/core/status"
 )
@@ -161,6 +165,92 @@ func TestTileEmulated(t *testing.T) {
 		}
 		runtime.KeepAlive(keep)
 		runtime.KeepAlive(idx)
+	}
+	runtime.KeepAlive(&mem)
+}
+
+// TestMmaTilesEmulated runs the mma.sync tiles (linear_f12: every
+// glyd_lin_f12_m* configuration, forced, single and sibling launches, split
+// K within and across blocks) through the fake libcuda, whose mma.sync is a
+// CPU loop over the warp's fragments: their products against a float
+// reference of the decoded weight, and on tiled planes bit for bit those on
+// row-major ones. Run it with kernels/emu/run.sh; skipped otherwise.
+func TestMmaTilesEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	rnd := lcg(29)
+	var mem fakeMemory
+	defer func() { _ = ForceConfig("") }()
+	type weightPair struct {
+		rm, tl *DeviceTensor
+		w      []uint16
+	}
+	tiledPair := func(n, k int64) weightPair {
+		d, w := mem.weight(t, rnd, n, k, 40)
+		sm, code := mem.alloc(int(n*k)), mem.alloc(int(n*k/2))
+		if err := Tile(0, 0, d, addr(sm), addr(code)); err != nil {
+			t.Fatal(err)
+		}
+		td := *d
+		td.Tiled = true
+		td.Planes[codec.PlaneSM], td.Planes[codec.PlaneCode] = addr(sm), addr(code)
+		return weightPair{d, &td, w}
+	}
+	for _, sh := range [][2]int64{{48, 256}, {64, 2048}} {
+		n, k := sh[0], sh[1]
+		a, b := tiledPair(n, k), tiledPair(32, k)
+		for _, name := range ConfigNames() {
+			if !strings.HasPrefix(name, "glyd_lin_f12_m") {
+				continue
+			}
+			if err := ForceConfig(name); err != nil {
+				t.Fatal(err)
+			}
+			for _, rows := range []int{1, 3, 8, 13} {
+				x := mem.alloc(2 * rows * int(k))
+				xs := make([]float32, rows*int(k))
+				for j := range xs {
+					h := bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 500)
+					binary.LittleEndian.PutUint16(x[2*j:], h)
+					xs[j] = bf16.ToFloat32(h)
+				}
+				run := func(ws []*DeviceTensor) []byte {
+					need, err := LinearManyWorkspaceBound(ws, rows)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var wsp uintptr
+					if need > 0 {
+						wsp = addr(mem.alloc(int(need)))
+					}
+					y := mem.alloc(2 * rows * int(sumRows(ws)))
+					if err := LinearMany(0, 0, addr(x), rows, ws, nil, addr(y), wsp, need); err != nil {
+						t.Fatalf("%s %dx%d rows %d: %v", name, n, k, rows, err)
+					}
+					return y
+				}
+				y := run([]*DeviceTensor{a.rm})
+				if ty := run([]*DeviceTensor{a.tl}); !slices.Equal(y, ty) {
+					t.Fatalf("%s %dx%d rows %d: tiled planes multiply differently", name, n, k, rows)
+				}
+				if m, tm := run([]*DeviceTensor{a.rm, b.rm}), run([]*DeviceTensor{a.tl, b.tl}); !slices.Equal(m, tm) {
+					t.Fatalf("%s %dx%d rows %d: tiled siblings multiply differently", name, n, k, rows)
+				}
+				for m := 0; m < rows; m++ {
+					for r := int64(0); r < n; r++ {
+						var want, mag float64
+						for c := int64(0); c < k; c++ {
+							p := float64(xs[int64(m)*k+c]) * float64(bf16.ToFloat32(a.w[r*k+c]))
+							want += p
+							mag += math.Abs(p)
+						}
+						v := float64(bf16.ToFloat32(binary.LittleEndian.Uint16(y[2*(int64(m)*n+r):])))
+						if math.Abs(v-want) > 1e-2*math.Abs(want)+1e-5*mag+1e-30 {
+							t.Fatalf("%s %dx%d rows %d: output [%d][%d] = %g, want %g", name, n, k, rows, m, r, v, want)
+						}
+					}
+				}
+			}
+		}
 	}
 	runtime.KeepAlive(&mem)
 }

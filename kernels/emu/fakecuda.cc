@@ -25,6 +25,7 @@ uint32_t emu_shfl[32][32];
 #include "block_scan.inc" // block_exclusive_sum, extracted from kernels/decode.cu by run.sh
 #include "../pack.cu"
 #include "../tile.cu"
+#include "../wgmma.cuh" // cluster_map and friends for block_epilogue: no-ops here (the host never clusters on the fake GPU)
 
 // decode.cu's fixed12 and escape kernels (extracted by run.sh), with CPU
 // versions of the PTX helpers they use: in this namespace they hide the
@@ -153,6 +154,49 @@ inline uint4 ld_act16(const void *p) {
 	return v;
 }
 #include "prompt_x.inc" // stage_offset, permute_x16, glyd_lin_xperm_t* (linear.cu)
+// For linear.cu's mma.sync tiles (linear_f12 and its epilogue): plain loads,
+// mma.sync across the warp, and the block's dynamic shared memory (blocks
+// run one at a time).
+inline uint4 ld_stream16(const void *p) {
+	uint4 v;
+	memcpy(&v, p, 16);
+	return v;
+}
+inline uint32_t ld_u32(const void *p) {
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+inline void ld_record(uint2 &r, const uint2 *p) { memcpy(&r, p, 8); }
+inline uint32_t emu_frag[32][32][6]; // [warp][lane]: a0..a3, b0, b1
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: lane (g = lane/4, t =
+// lane%4) holds A[g + 8i][2t + 8j .. +1] in a(i + 2j), B[2t + 8j .. +1][g] in
+// b(j), and D[g + 8(i/2)][2t + i%2] in d[i]; every lane publishes its
+// fragments, then adds its four outputs' products in k order.
+inline void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+	const int l = threadIdx.x & 31, w = threadIdx.x >> 5, g = l >> 2, t = l & 3;
+	emu_warp_bar[w]->arrive_and_wait(); // the last call's reads are done
+	const uint32_t mine[6] = {a0, a1, a2, a3, b0, b1};
+	memcpy(emu_frag[w][l], mine, sizeof mine);
+	emu_warp_bar[w]->arrive_and_wait();
+	auto half = [](uint32_t v, int hi) { return bf16_to_f32(hi ? v >> 16 : v & 0xffffu); };
+	for (int i = 0; i < 4; i++) {
+		const int r = g + 8 * (i >> 1), c = 2 * t + (i & 1);
+		float s = d[i];
+		for (int k = 0; k < 16; k++) {
+			const float a = half(emu_frag[w][4 * (r & 7) + ((k & 7) >> 1)][(r >> 3) + 2 * (k >> 3)], k & 1);
+			const float b = half(emu_frag[w][4 * c + ((k & 7) >> 1)][4 + (k >> 3)], k & 1);
+			s = fmaf(a, b, s);
+		}
+		d[i] = s;
+	}
+}
+inline float emu_smem[64 * 1024 / 4]; // the running block's dynamic shared memory
+#undef GLYD_KERNEL_PAIR
+#define GLYD_KERNEL_PAIR(NAME, BOUNDS, FN, ...)                                                                 \
+	inline void NAME(const glyd_kparams p) { FN<__VA_ARGS__, false>(p, emu_smem); }                         \
+	inline void NAME##_safe(const glyd_kparams p) { FN<__VA_ARGS__, true>(p, emu_smem); }
+#include "linear_regs.inc" // decode16, block_epilogue, linear_f12 and the GLYD_LIN kernels (linear.cu)
 } // namespace emu_decode
 
 typedef void (*kfn)(const glyd_kparams);
@@ -181,6 +225,15 @@ static kern kernels[] = {
     {"glyd_lin_reduce", emu_decode::glyd_lin_reduce},
     {"glyd_lin_reduce_many", emu_decode::glyd_lin_reduce_many},
     {"glyd_lin_f12_generic", emu_decode::glyd_lin_f12_generic},
+#define EMU_LIN(N)                                                                                                 \
+	{#N, emu_decode::N}, {#N "_safe", emu_decode::N##_safe}, {#N "_many", emu_decode::N##_many},                   \
+	    {#N "_many_safe", emu_decode::N##_many_safe}
+    EMU_LIN(glyd_lin_f12_m1n1w1k8u1),
+    EMU_LIN(glyd_lin_f12_m1n1w1k16u1),
+    EMU_LIN(glyd_lin_f12_m1n2w1k8u1),
+    EMU_LIN(glyd_lin_f12_m2n4w1k8u1),
+    EMU_LIN(glyd_lin_f12_m1n8w2k4u1),
+    EMU_LIN(glyd_lin_f12_m1n8w4k2u1),
     {"glyd_moe_silu_mul", emu_decode::glyd_moe_silu_mul},
     {"glyd_moe_row_experts", emu_decode::glyd_moe_row_experts},
     {"glyd_moe_top1", emu_decode::glyd_moe_top1},
