@@ -47,6 +47,16 @@ def _pair(w):
     return dt, dt.tile()
 
 
+def _assert_planes(got: dict, want: dict, what=""):
+    """got holds want's planes, byte for byte; an empty plane may be absent."""
+    for name, w in want.items():
+        g = got.get(name)
+        if w.numel() == 0:
+            assert g is None or g.numel() == 0, (what, name)
+        else:
+            assert g is not None and torch.equal(g.cpu(), w.cpu()), (what, name)
+
+
 def _tiled_reference(plane: torch.Tensor, n: int, width: int) -> torch.Tensor:
     """A row-major plane of n rows in tiles of 16 rows x width bytes."""
     return plane.view(n // 16, 16, -1, width).permute(0, 2, 1, 3).reshape(-1)
@@ -167,11 +177,9 @@ def test_module_weights_tiled_at_first_use(tmp_path, monkeypatch):
         # tables stay row-major; down_proj (K = 96) and lm_head (99 rows) have no tiled arrangement
         want = "embed_tokens" not in n and h.shape[0] % 16 == 0 and h.shape[1] % 64 == 0
         assert h.relaid == h.tiled == want, (n, h.shape)
-        sd = {key[len("glyd_"):]: v for key, v in h.state_dict().items()}
-        for name, p in stored[n].items():  # the stored planes wherever they go
-            assert torch.equal(h.packed().planes[name], p.cpu()), (n, name)
-            if name in sd:
-                assert torch.equal(sd[name], p), (n, name)
+        # the stored planes wherever they go
+        _assert_planes(h.packed().planes, stored[n], n)
+        _assert_planes({key[len("glyd_"):]: v for key, v in h.state_dict().items()}, stored[n], n)
         h.verify()
     layer = model.model.layers[0]
     assert layer.self_attn.q_proj.packed_weight.tiled and layer.mlp.gate_proj.packed_weight.tiled
@@ -197,8 +205,6 @@ def test_a_tiled_holder_leaves_with_its_stored_planes():
     the stored planes in packed(), state_dict(), copies, pickles,
     load_state_dict() and .cpu(); tiling under inference_mode leaves normal
     tensors; a shape without the arrangement stays as it is."""
-    from glyd.tensor import PLANE_NAMES
-
     w = weights((320, 1024), seed=30, specials=True)
     p = glyd.pack(w)
     h = PackedWeight.from_packed("weight", p, scratch_key="tiled-test")
@@ -207,12 +213,7 @@ def test_a_tiled_holder_leaves_with_its_stored_planes():
     stored = {k: v.detach().cpu().clone() for k, v in h.planes().items()}
 
     def same_planes(got):
-        for name in PLANE_NAMES:
-            g, want = got.get(name), stored.get(name)
-            if want is None or want.numel() == 0:
-                assert g is None or g.numel() == 0, name
-            else:
-                assert torch.equal(g.cpu(), want), name
+        _assert_planes(got, stored)
 
     with torch.inference_mode():
         h.relay(True)
