@@ -13,7 +13,8 @@
  * Links against -lglyd only: the CUDA driver calls it makes itself (memory,
  * copies, the primary context that Glyd's calls use too) are resolved from
  * libcuda.so.1 at run time, as libglyd does. Without a driver or a GPU it
- * prints why and exits 0.
+ * prints why and exits 0. `make test-emu` runs it on the fake GPU of
+ * kernels/emu (a small weight: the CPU runs the kernels).
  */
 #include <dlfcn.h>
 #include <glyd.h>

@@ -327,6 +327,26 @@ static sym syms[] = {
     {"cuStreamSynchronize", (void *)Sync},
 };
 
+// What a program that calls the driver itself resolves by name
+// (examples/c/gpu_linear.c): memory is host memory, copies memcpy.
+int cuInit(unsigned f) { return Init(f); }
+int cuDeviceGet(int *d, int i) { return DeviceGet(d, i); }
+int cuDevicePrimaryCtxRetain(void **c, int d) { return PrimaryCtxRetain(c, d); }
+int cuDevicePrimaryCtxRelease_v2(int) { return 0; }
+int cuCtxSetCurrent(void *) { return 0; }
+int cuCtxSynchronize(void) { return 0; }
+int cuMemAlloc_v2(unsigned long long *p, size_t n) {
+	void *m = aligned_alloc(256, (n + 255) / 256 * 256);
+	*p = (unsigned long long)m;
+	return m ? 0 : 2; // CUDA_ERROR_OUT_OF_MEMORY
+}
+int cuMemFree_v2(unsigned long long p) {
+	free((void *)p);
+	return 0;
+}
+int cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t n) { return HtoD(dst, src, n, nullptr); }
+int cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t n) { return DtoH(dst, src, n, nullptr); }
+
 int cuGetProcAddress_v2(const char *name, void **fp, int, uint64_t, int *st) {
 	if (st) *st = 0;
 	for (auto &s : syms)

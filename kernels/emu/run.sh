@@ -32,3 +32,11 @@ awk '/^\/\/ The z-th expert \(0-based\)/{on=1} /^\/\/ The parameters of expert e
 awk '/^\/\/ 8 bf16 features at src/{on=1} on' kernels/moe.cu > "$OUT/moe_tail.inc"
 g++ -std=c++20 -O1 -g -fPIC -shared -Wno-unknown-pragmas -I"$OUT" -o "$OUT/libcuda.so.1" kernels/emu/fakecuda.cc -lpthread
 LD_LIBRARY_PATH="$OUT" GLYD_FAKE_CUDA=1 go test -count=1 -run 'Emulated' -v ./core/gpu "$@"
+# The C example of the GPU calls end to end on the fake GPU (build/libglyd.so,
+# make lib): a 64 x 256 weight at 4 rows runs an mma.sync tile.
+if [ $# -eq 0 ]; then
+	make -s -C examples/c ../../build/examples/gpu_linear
+	out=$(LD_LIBRARY_PATH="$OUT" build/examples/gpu_linear 64 256 4)
+	echo "$out"
+	grep -q "tiled planes; decode exact" <<<"$out" || { echo "gpu_linear did not run on the fake GPU" >&2; exit 1; }
+fi
