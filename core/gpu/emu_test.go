@@ -669,3 +669,80 @@ func TestPromptLayoutEmulated(t *testing.T) {
 	}
 	runtime.KeepAlive(&mem)
 }
+
+// TestGroupedMmaTilesEmulated runs the grouped experts kernels on the
+// mma.sync tiles (every glyd_lin_f12g_m* configuration, forced) through the
+// fake libcuda on experts [4, 48, 256] with escapes, some experts without
+// rows, against a float64 reference. Run it with kernels/emu/run.sh.
+func TestGroupedMmaTilesEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	defer func() { _ = ForceConfig("") }()
+	rnd := lcg(31)
+	const e, n, k = 4, 48, 256
+	w := make([]uint16, e*n*k)
+	for i := range w {
+		w[i] = uint16(rnd()&0x807f) | uint16(118+rnd()%6)<<7
+		if rnd()%97 == 0 {
+			w[i] = 0 // an escape
+		}
+	}
+	pk, err := codec.Pack(w, codec.BF16, []int64{e, n, k}, codec.Options{Layout: codec.Fixed12, Groups: e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mem fakeMemory
+	d := mem.tensor(pk, []int64{e, n, k})
+	tb, err := ExpertsTableBytes(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := mem.alloc(int(tb))
+	if err := BuildExpertsTable(0, 0, d, addr(table)); err != nil {
+		t.Fatal(err)
+	}
+	counts := []int32{3, 0, 9, 1}
+	offs := make([]int32, e)
+	rows := int64(0)
+	for i, c := range counts {
+		rows += int64(c)
+		offs[i] = int32(rows)
+	}
+	xb := mem.alloc(int(2 * rows * k))
+	xs := make([]float32, rows*k)
+	for j := range xs {
+		h := bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 1000)
+		binary.LittleEndian.PutUint16(xb[2*j:], h)
+		xs[j] = bf16.ToFloat32(h)
+	}
+	for _, c := range groupedConfigs {
+		name := c.groupedName()
+		if c.Kind != linRegs {
+			continue
+		}
+		if err := ForceConfig(name); err != nil {
+			t.Fatal(err)
+		}
+		yb := mem.alloc(int(2 * rows * n))
+		if err := LinearExperts(0, 0, addr(xb), rows, d, addr(table), addr(offs), 0, addr(yb), false, 0, 0); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r := int64(0)
+		for ex, c := range counts {
+			for ; r < int64(offs[ex]); r++ {
+				for j := int64(0); j < n; j++ {
+					var want, mag float64
+					for q := int64(0); q < k; q++ {
+						p := float64(xs[r*k+q]) * float64(bf16.ToFloat32(w[(int64(ex)*n+j)*k+q]))
+						want += p
+						mag += math.Abs(p)
+					}
+					got := float64(bf16.ToFloat32(binary.LittleEndian.Uint16(yb[2*(r*n+j):])))
+					if math.Abs(got-want) > 1e-2*math.Abs(want)+1e-5*mag+1e-30 {
+						t.Fatalf("%s: expert %d (%d rows) row %d output %d: %g, want %g", name, ex, c, r, j, got, want)
+					}
+				}
+			}
+		}
+	}
+	runtime.KeepAlive(&mem)
+}

@@ -196,7 +196,7 @@ inline float emu_smem[64 * 1024 / 4]; // the running block's dynamic shared memo
 #define GLYD_KERNEL_PAIR(NAME, BOUNDS, FN, ...)                                                                 \
 	inline void NAME(const glyd_kparams p) { FN<__VA_ARGS__, false>(p, emu_smem); }                         \
 	inline void NAME##_safe(const glyd_kparams p) { FN<__VA_ARGS__, true>(p, emu_smem); }
-#include "linear_regs.inc" // decode16, block_epilogue, linear_f12 and the GLYD_LIN kernels (linear.cu)
+#include "linear_regs.inc" // decode16, block_epilogue, linear_f12, the GLYD_LIN kernels (linear.cu) and GLYD_LING's (moe.cu)
 } // namespace emu_decode
 
 typedef void (*kfn)(const glyd_kparams);
@@ -234,6 +234,11 @@ static kern kernels[] = {
     EMU_LIN(glyd_lin_f12_m2n4w1k8u1),
     EMU_LIN(glyd_lin_f12_m1n8w2k4u1),
     EMU_LIN(glyd_lin_f12_m1n8w4k2u1),
+#define EMU_LING(N) {#N, emu_decode::N}, {#N "_safe", emu_decode::N##_safe}
+    EMU_LING(glyd_lin_f12g_m1n1w1k8u1),
+    EMU_LING(glyd_lin_f12g_m1n2w1k8u1),
+    EMU_LING(glyd_lin_f12g_m2n4w1k8u1),
+    EMU_LING(glyd_lin_f12g_m1n8w2k4u1),
     {"glyd_moe_silu_mul", emu_decode::glyd_moe_silu_mul},
     {"glyd_moe_row_experts", emu_decode::glyd_moe_row_experts},
     {"glyd_moe_top1", emu_decode::glyd_moe_top1},

@@ -24,10 +24,14 @@ awk '/^\/\/ The z-th expert \(0-based\)/{on=1} /^\/\/ The parameters of expert e
   awk '/^\/\/ x \[rows, K\] as the prompt tiles. stage images/,/glyd_lin_xperm_t256/' kernels/linear.cu; } > "$OUT/prompt_x.inc"
 # linear.cu's mma.sync tiles: decode16, then WBatch to the end of linear_f12
 # (block_epilogue and its helpers), then linear_f12_block and the GLYD_LIN
-# kernels.
+# kernels;
 { awk '/^\/\/ 16 weights of one row/{on=1} /^\/\/ 16 activations \(a = elements 0..7/{on=0} on' kernels/linear.cu
   awk '/^template <int MT, int U>$/{on=1} /^\/\/ A dense launch.s parameters for its segment/{on=0} on' kernels/linear.cu
-  awk '/^\/\/ The dense kernels: one output tile per block/{on=1} /glyd_lin_f12_generic\(const/{on=0} on' kernels/linear.cu; } > "$OUT/linear_regs.inc"
+  awk '/^\/\/ The dense kernels: one output tile per block/{on=1} /glyd_lin_f12_generic\(const/{on=0} on' kernels/linear.cu
+# moe.cu's grouped experts kernels on those tiles (expert_params to
+# linear_f12_experts, and the GLYD_LING kernels).
+  awk '/^\/\/ The parameters of expert e for the tile code/{on=1} /^\/\/ The same over the Hopper \(sm_90a\) wgmma tiles/{on=0} on' kernels/moe.cu
+  awk '/^#define GLYD_LING\(/{print; getline; print} /^GLYD_LING\(/' kernels/moe.cu; } > "$OUT/linear_regs.inc"
 # moe.cu's 8-feature load/store helpers, SwiGLU, combine, routing-id, top-1 and scaled-gather kernels (from the helpers' comment to the end).
 awk '/^\/\/ 8 bf16 features at src/{on=1} on' kernels/moe.cu > "$OUT/moe_tail.inc"
 g++ -std=c++20 -O1 -g -fPIC -shared -Wno-unknown-pragmas -I"$OUT" -o "$OUT/libcuda.so.1" kernels/emu/fakecuda.cc -lpthread
