@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kernels/emu/run.sh — build the fake libcuda.so.1 (kernels/emu/fakecuda.cc:
-# kernels/pack.cu, tile.cu, decode.cu's fixed12 kernels, linear.cu's mma.sync tiles, split-K reduce,
+# kernels/pack.cu, tile.cu, decode.cu's fixed12 kernels, linear.cu's fused tiles, split-K reduce,
 # generic kernel and x layout kernels, moe.cu's transposed experts, SwiGLU,
 # combine, routing-id, top-1 and scaled-gather kernels on
 # the CPU) and run core/gpu's emulated tests
@@ -32,6 +32,18 @@ awk '/^\/\/ The z-th expert \(0-based\)/{on=1} /^\/\/ The parameters of expert e
 # linear_f12_experts, and the GLYD_LING kernels).
   awk '/^\/\/ The parameters of expert e for the tile code/{on=1} /^\/\/ The same over the Hopper \(sm_90a\) wgmma tiles/{on=0} on' kernels/moe.cu
   awk '/^#define GLYD_LING\(/{print; getline; print} /^GLYD_LING\(/' kernels/moe.cu; } > "$OUT/linear_regs.inc"
+# linear.cu's Hopper tiles (wgmma_tile, prompt_tile and their kernels): from
+# the wgmma section to the x layout kernels, without the PTX helpers the
+# emulator has its own of (bar_sync, bar_arrive; stage_offset is in
+# prompt_x.inc), the producers' shared stores as a call.
+awk '/^\/\/ Hopper \(sm_90a\): the same decode feeding wgmma/{on=1}
+     /^\/\/ x \[rows, K\] as the prompt tiles. stage images/{on=0}
+     on && (/^__device__ __forceinline__ void bar_(sync|arrive)\(/ || /^\/\/ A 64-k block of activations in shared memory/){skip=1}
+     on && !skip
+     skip && /^}/{skip=0}' kernels/linear.cu |
+	sed -e 's/asm volatile("st.shared.b32 \[%0\], %1;" ::"r"(\(.*\)), "r"(\(.*\)) : "memory");/emu_st_shared32(\1, \2);/' \
+	    -e 's/asm volatile("" : "+f"(\(.*\))::"memory");/(void)\1;/' > "$OUT/linear_wgmma.inc"
+if grep -n 'asm' "$OUT/linear_wgmma.inc"; then echo "run.sh: PTX left in linear_wgmma.inc" >&2; exit 1; fi
 # moe.cu's 8-feature load/store helpers, SwiGLU, combine, routing-id, top-1 and scaled-gather kernels (from the helpers' comment to the end).
 awk '/^\/\/ 8 bf16 features at src/{on=1} on' kernels/moe.cu > "$OUT/moe_tail.inc"
 g++ -std=c++20 -O1 -g -fPIC -shared -Wno-unknown-pragmas -I"$OUT" -o "$OUT/libcuda.so.1" kernels/emu/fakecuda.cc -lpthread
