@@ -670,11 +670,12 @@ func TestPromptLayoutEmulated(t *testing.T) {
 	runtime.KeepAlive(&mem)
 }
 
-// TestGroupedMmaTilesEmulated runs the grouped experts kernels on the
-// mma.sync tiles (every glyd_lin_f12g_m* configuration, forced) through the
-// fake libcuda on experts [4, 48, 256] with escapes, some experts without
-// rows, against a float64 reference. Run it with kernels/emu/run.sh.
-func TestGroupedMmaTilesEmulated(t *testing.T) {
+// TestGroupedTilesEmulated runs the grouped experts kernels (every
+// glyd_lin_f12g* configuration, forced: the mma.sync and the wgmma tiles)
+// through the fake libcuda on experts [4, 48, 256] with escapes, some
+// experts without rows, against a float64 reference. Run it with
+// kernels/emu/run.sh.
+func TestGroupedTilesEmulated(t *testing.T) {
 	needFakeCUDA(t)
 	defer func() { _ = ForceConfig("") }()
 	rnd := lcg(31)
@@ -716,9 +717,6 @@ func TestGroupedMmaTilesEmulated(t *testing.T) {
 	}
 	for _, c := range groupedConfigs {
 		name := c.groupedName()
-		if c.Kind != linRegs {
-			continue
-		}
 		if err := ForceConfig(name); err != nil {
 			t.Fatal(err)
 		}

@@ -303,7 +303,7 @@ inline void wgmma_rs(float (&d)[N / 8][4], uint32_t a0, uint32_t a1, uint32_t a2
 	inline void NAME##_safe(const glyd_kparams p) { FN<__VA_ARGS__, true>(p, emu_smem); }
 #include "linear_regs.inc" // decode16, block_epilogue, linear_f12, the GLYD_LIN kernels (linear.cu) and GLYD_LING's (moe.cu)
 #define GLYD_WGMMA 1 // the Hopper tiles' code (wgmma.cuh's own helpers stay the no-ops compiled above)
-#include "linear_wgmma.inc" // WarpRows to the prompt tiles, and their kernels (linear.cu)
+#include "linear_wgmma.inc" // WarpRows to the prompt tiles and their kernels (linear.cu), the grouped wgmma kernels (moe.cu)
 } // namespace emu_decode
 
 typedef void (*kfn)(const glyd_kparams);
@@ -357,6 +357,12 @@ static kern kernels[] = {
     EMU_LING(glyd_lin_f12g_m1n2w1k8u1),
     EMU_LING(glyd_lin_f12g_m2n4w1k8u1),
     EMU_LING(glyd_lin_f12g_m1n8w2k4u1),
+    EMU_LING(glyd_lin_f12gw_t16k1s4u4p2),
+    EMU_LING(glyd_lin_f12gw_t32k1s4u4p2),
+    EMU_LING(glyd_lin_f12gw_t48k1s4u4p4),
+    EMU_LING(glyd_lin_f12gw_t64k1s4u4p4),
+    EMU_LING(glyd_lin_f12gw_t96k1s4u2p2),
+    EMU_LING(glyd_lin_f12gw_t128k1s4u2p2),
     {"glyd_moe_silu_mul", emu_decode::glyd_moe_silu_mul},
     {"glyd_moe_row_experts", emu_decode::glyd_moe_row_experts},
     {"glyd_moe_top1", emu_decode::glyd_moe_top1},

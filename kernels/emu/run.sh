@@ -43,6 +43,9 @@ awk '/^\/\/ Hopper \(sm_90a\): the same decode feeding wgmma/{on=1}
      skip && /^}/{skip=0}' kernels/linear.cu |
 	sed -e 's/asm volatile("st.shared.b32 \[%0\], %1;" ::"r"(\(.*\)), "r"(\(.*\)) : "memory");/emu_st_shared32(\1, \2);/' \
 	    -e 's/asm volatile("" : "+f"(\(.*\))::"memory");/(void)\1;/' > "$OUT/linear_wgmma.inc"
+# moe.cu's grouped experts kernels on the wgmma tiles (linear_f12w_experts, GLYD_LINGW's).
+{ awk '/^\/\/ The same over the Hopper \(sm_90a\) wgmma tiles/{on=1} /^#define GLYD_LING\(/{on=0} on' kernels/moe.cu
+  awk '/^#define GLYD_LINGW\(/{print; getline; print} /^GLYD_LINGW\(/' kernels/moe.cu; } >> "$OUT/linear_wgmma.inc"
 if grep -n 'asm' "$OUT/linear_wgmma.inc"; then echo "run.sh: PTX left in linear_wgmma.inc" >&2; exit 1; fi
 # moe.cu's 8-feature load/store helpers, SwiGLU, combine, routing-id, top-1 and scaled-gather kernels (from the helpers' comment to the end).
 awk '/^\/\/ 8 bf16 features at src/{on=1} on' kernels/moe.cu > "$OUT/moe_tail.inc"
