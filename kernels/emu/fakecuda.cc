@@ -5,7 +5,8 @@
 // grouped (mma.sync) and transposed experts, SwiGLU and routing-id kernels
 // of kernels/moe.cu on the CPU, with "device memory" = host memory. The fake
 // GPU is an sm_90 part: wgmma, the bulk copy engine, cp.async, mbarriers and
-// named barriers are emulated; thread-block clusters are not. Tests
+// named barriers are emulated (the bulk-copy decode runs too); thread-block
+// clusters are not. Tests
 // only: core/gpu's *Emulated tests run the real host code (driver.c, pack.go,
 // decode.go, linear.go, moe.go, route.go) against it when GLYD_FAKE_CUDA is
 // set (kernels/emu/run.sh builds and runs).
@@ -271,6 +272,14 @@ inline void mbar_wait(uint32_t bar, uint32_t parity) { // until the phase of tha
 	std::unique_lock<std::mutex> l(emu_mu);
 	emu_cv.wait(l, [&] { return (emu_mbars[bar].phase & 1u) != parity; });
 }
+// decode.cu's bulk-copy decode: unit u of a staged chunk of CH units.
+template <int CH>
+inline uint4 decode_staged(uint32_t st, uint32_t u, uint32_t B4) {
+	uint32_t ab[2], cw;
+	memcpy(ab, emu_shared(st + 8 * u), 8);
+	memcpy(&cw, emu_shared(st + 8 * CH + 4 * u), 4);
+	return decode8(ab[0], ab[1], cw, B4);
+}
 inline uint32_t emu_afrag[32][32][4]; // [warp][lane]: a0..a3
 // wgmma.mma_async m64nNk16, A from registers (each warp of the warpgroup its
 // 16 rows in mma.sync's A layout), B [16 k][N] from shared memory.
@@ -303,7 +312,7 @@ inline void wgmma_rs(float (&d)[N / 8][4], uint32_t a0, uint32_t a1, uint32_t a2
 	inline void NAME##_safe(const glyd_kparams p) { FN<__VA_ARGS__, true>(p, emu_smem); }
 #include "linear_regs.inc" // decode16, block_epilogue, linear_f12, the GLYD_LIN kernels (linear.cu) and GLYD_LING's (moe.cu)
 #define GLYD_WGMMA 1 // the Hopper tiles' code (wgmma.cuh's own helpers stay the no-ops compiled above)
-#include "linear_wgmma.inc" // WarpRows to the prompt tiles and their kernels (linear.cu), the grouped wgmma kernels (moe.cu)
+#include "linear_wgmma.inc" // WarpRows to the prompt tiles and their kernels (linear.cu), the bulk-copy decode (decode.cu), the grouped wgmma kernels (moe.cu)
 } // namespace emu_decode
 
 typedef void (*kfn)(const glyd_kparams);
@@ -318,9 +327,7 @@ static kern kernels[] = {
     {"glyd_pack_small", glyd_pack_small},     {"glyd_tile_bytes", glyd_tile_bytes},
     {"glyd_decode_f12_vec", emu_decode::glyd_decode_f12_vec},
     {"glyd_decode_f12_scalar", emu_decode::glyd_decode_f12_scalar},
-    // The bulk-copy kernel has the vec kernel's contract and parameters (its
-    // copies into shared memory are sm_90a PTX, not emulated).
-    {"glyd_decode_f12_bulk", emu_decode::glyd_decode_f12_vec},
+    {"glyd_decode_f12_bulk", emu_decode::glyd_decode_f12_bulk},
     {"glyd_escape_scatter", emu_decode::glyd_escape_scatter},
     {"glyd_escape_scatter_rows", emu_decode::glyd_escape_scatter_rows},
     {"glyd_decode_f12_gather", emu_decode::glyd_decode_f12_gather},

@@ -43,6 +43,14 @@ awk '/^\/\/ Hopper \(sm_90a\): the same decode feeding wgmma/{on=1}
      skip && /^}/{skip=0}' kernels/linear.cu |
 	sed -e 's/asm volatile("st.shared.b32 \[%0\], %1;" ::"r"(\(.*\)), "r"(\(.*\)) : "memory");/emu_st_shared32(\1, \2);/' \
 	    -e 's/asm volatile("" : "+f"(\(.*\))::"memory");/(void)\1;/' > "$OUT/linear_wgmma.inc"
+# decode.cu's bulk-copy decode (its shared stages and barriers in the
+# emulator's shared memory; decode_staged is the emulator's).
+awk '/^constexpr int BULK_CH/{on=1} /^\/\/ Escape index for the fused kernels/{on=0}
+     on && /^\/\/ Unit u of a chunk of CH units staged/{skip=1}
+     on && !skip
+     skip && /^}/{skip=0}' kernels/decode.cu |
+	sed -e 's/extern __shared__ __align__(128) uint8_t stages\[\];/uint8_t *stages = (uint8_t *)emu_smem;/' \
+	    -e 's/__shared__ __align__(8) uint64_t full\[S\];/uint64_t *full = (uint64_t *)((char *)emu_smem + BULK_SMEM);/' >> "$OUT/linear_wgmma.inc"
 # moe.cu's grouped experts kernels on the wgmma tiles (linear_f12w_experts, GLYD_LINGW's).
 { awk '/^\/\/ The same over the Hopper \(sm_90a\) wgmma tiles/{on=1} /^#define GLYD_LING\(/{on=0} on' kernels/moe.cu
   awk '/^#define GLYD_LINGW\(/{print; getline; print} /^GLYD_LINGW\(/' kernels/moe.cu; } >> "$OUT/linear_wgmma.inc"
