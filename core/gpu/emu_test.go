@@ -744,3 +744,78 @@ func TestGroupedTilesEmulated(t *testing.T) {
 	}
 	runtime.KeepAlive(&mem)
 }
+
+// TestEveryConfigEmulated runs every dense configuration (forced, and the
+// automatic choice) through the fake libcuda on shapes off the tiles' grid
+// (rows not a multiple of 16, K not of 64, partial weight and token tiles),
+// weights with escapes (any exponent, rows of them) and _safe weights
+// (exponents near 255: escapes decode as 0), at 1-65 tokens, against a
+// float64 reference (checkLinear). Run it with kernels/emu/run.sh.
+func TestEveryConfigEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	defer func() { _ = ForceConfig("") }()
+	rnd := lcg(77)
+	var mem fakeMemory
+	for _, sh := range [][2]int64{{16, 80}, {40, 208}, {200, 64}, {72, 1040}} {
+		n, k := sh[0], sh[1]
+		for _, safe := range []bool{false, true} {
+			var d *DeviceTensor
+			var w []uint16
+			if safe {
+				w = make([]uint16, n*k)
+				for i := range w {
+					w[i] = uint16(rnd()&0x807f) | uint16(241+rnd()%14)<<7
+					if rnd()%53 == 0 {
+						w[i] = 0
+					}
+				}
+				pk, err := codec.Pack(w, codec.BF16, []int64{n, k}, codec.Options{Layout: codec.Fixed12})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d = mem.tensor(pk, []int64{n, k})
+				if pk.Groups[0].Escapes > 0 {
+					eb, _ := EscapeIndexBytes(d)
+					idx := mem.alloc(int(eb))
+					if err := BuildEscapeIndex(0, 0, d, addr(idx)); err != nil {
+						t.Fatal(err)
+					}
+					d.EscRows = addr(idx)
+				}
+			} else {
+				d, w = mem.weight(t, rnd, n, k, 30)
+			}
+			scale := float32(1)
+			if safe {
+				scale = 1.0 / (1 << 30) / (1 << 30) / (1 << 30) / (1 << 30)
+			}
+			for _, name := range append(ConfigNames(), "") {
+				if err := ForceConfig(name); err != nil {
+					t.Fatal(err)
+				}
+				for _, rows := range []int{1, 5, 33, 65} {
+					x := mem.alloc(2 * rows * int(k))
+					xs := make([]float32, rows*int(k))
+					for j := range xs {
+						h := bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 500 * scale)
+						binary.LittleEndian.PutUint16(x[2*j:], h)
+						xs[j] = bf16.ToFloat32(h)
+					}
+					need, err := LinearWorkspaceBound(d, rows)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var wsp uintptr
+					if need > 0 {
+						wsp = addr(mem.alloc(int(need)))
+					}
+					y := mem.alloc(2 * rows * int(n))
+					if err := Linear(0, 0, addr(x), rows, d, 0, addr(y), wsp, need); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					checkLinear(t, fmt.Sprintf("%q safe %v %dx%d rows %d", name, safe, n, k, rows), y, xs, w, d.Groups[0].Base, rows, n, k)
+				}
+			}
+		}
+	}
+}

@@ -189,10 +189,10 @@ func TestHopperTilesEmulated(t *testing.T) {
 
 // checkLinear checks y (bf16 [rows, n]) against x [rows, k] times w [n, k],
 // a fixed12 weight of exponent base `base`: |y - ref| <= 2^-8 |ref| +
-// 2^-16 (sum of |products|, with each escaped weight as the kernels first
-// decode it). The 1-64-token tiles give an escaped weight exponent base + 15
-// (0 in the _safe kernels) and correct it after the sum, whose fp32
-// additions carry that large wrong product meanwhile.
+// 2^-16 (sum of |products|, an escaped weight's counted both as it is and
+// as the kernels first decode it). The 1-64-token tiles give an escaped
+// weight exponent base + 15 (0 in the _safe kernels) and correct it after
+// the sum, whose fp32 additions carry that large wrong product meanwhile.
 func checkLinear(t *testing.T, what string, y []byte, xs []float32, w []uint16, base uint8, rows int, n, k int64) {
 	t.Helper()
 	eb := uint16(escapeExponent(base))
@@ -202,11 +202,12 @@ func checkLinear(t *testing.T, what string, y []byte, xs []float32, w []uint16, 
 			for c := int64(0); c < k; c++ {
 				wv := w[r*k+c]
 				xv := float64(xs[m*k+c])
-				want += xv * float64(bf16.ToFloat32(wv))
-				if e := uint8(wv >> 7); e < base || e > base+14 {
-					wv = wv&0x807f | eb<<7
+				p := xv * float64(bf16.ToFloat32(wv))
+				want += p
+				mag += math.Abs(p)
+				if e := uint8(wv >> 7); e < base || e > base+14 { // and its first decode's product
+					mag += math.Abs(xv * float64(bf16.ToFloat32(wv&0x807f|eb<<7)))
 				}
-				mag += math.Abs(xv * float64(bf16.ToFloat32(wv)))
 			}
 			v := float64(bf16.ToFloat32(binary.LittleEndian.Uint16(y[2*(m*n+r):])))
 			if math.Abs(v-want) > math.Abs(want)/256+mag/65536 {

@@ -305,6 +305,10 @@ inline void wgmma_rs(float (&d)[N / 8][4], uint32_t a0, uint32_t a1, uint32_t a2
 			}
 			d[j][i] = s;
 		}
+	// The warp's reads of the stage are over before any of its lanes goes on
+	// (a wgmma is collective: the prompt tiles refill a stage once one lane
+	// per warp says its warp is done with it).
+	emu_warp_bar[w]->arrive_and_wait();
 }
 #undef GLYD_KERNEL_PAIR
 #define GLYD_KERNEL_PAIR(NAME, BOUNDS, FN, ...)                                                                 \
