@@ -756,7 +756,7 @@ func TestEveryConfigEmulated(t *testing.T) {
 	defer func() { _ = ForceConfig("") }()
 	rnd := lcg(77)
 	var mem fakeMemory
-	for _, sh := range [][2]int64{{16, 80}, {40, 208}, {200, 64}, {72, 1040}} {
+	for _, sh := range [][2]int64{{16, 80}, {40, 208}, {200, 64}, {72, 592}} {
 		n, k := sh[0], sh[1]
 		for _, safe := range []bool{false, true} {
 			var d *DeviceTensor
@@ -793,7 +793,7 @@ func TestEveryConfigEmulated(t *testing.T) {
 				if err := ForceConfig(name); err != nil {
 					t.Fatal(err)
 				}
-				for _, rows := range []int{1, 5, 33, 65} {
+				for _, rows := range []int{1, 5, 65} {
 					x := mem.alloc(2 * rows * int(k))
 					xs := make([]float32, rows*int(k))
 					for j := range xs {

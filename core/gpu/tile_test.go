@@ -176,15 +176,18 @@ func TestTileEmulated(t *testing.T) {
 // CPU loop over the warp's fragments: their products against a float
 // reference of the decoded weight, and on tiled planes bit for bit those on
 // row-major ones. Run it with kernels/emu/run.sh; skipped otherwise.
-func TestMmaTilesEmulated(t *testing.T) { tilesEmulated(t, "glyd_lin_f12_m", []int{1, 3, 8, 13}) }
+func TestMmaTilesEmulated(t *testing.T) {
+	tilesEmulated(t, "glyd_lin_f12_m", []int{1, 3, 8, 13}, [][2]int64{{48, 256}, {64, 2048}})
+}
 
 // TestHopperTilesEmulated is TestMmaTilesEmulated for the sm_90 tiles: the
 // wgmma tiles (glyd_lin_f12w_*) and the prompt tiles (glyd_lin_f12p_*), the
 // fake GPU running wgmma, the bulk copy engine, cp.async, mbarriers and
 // named barriers on the CPU.
 func TestHopperTilesEmulated(t *testing.T) {
-	tilesEmulated(t, "glyd_lin_f12w_", []int{1, 13, 40})
-	tilesEmulated(t, "glyd_lin_f12p_", []int{1, 70, 130})
+	shapes := [][2]int64{{48, 256}, {64, 512}}
+	tilesEmulated(t, "glyd_lin_f12w_", []int{1, 13, 40}, shapes)
+	tilesEmulated(t, "glyd_lin_f12p_", []int{1, 70, 130}, shapes)
 }
 
 // checkLinear checks y (bf16 [rows, n]) against x [rows, k] times w [n, k],
@@ -218,8 +221,9 @@ func checkLinear(t *testing.T, what string, y []byte, xs []float32, w []uint16, 
 }
 
 // tilesEmulated checks the configurations whose names start with
-// configPrefix, forced, at the given token counts (see TestMmaTilesEmulated).
-func tilesEmulated(t *testing.T, configPrefix string, tokens []int) {
+// configPrefix, forced, at the given token counts on weights of the given
+// shapes (see TestMmaTilesEmulated).
+func tilesEmulated(t *testing.T, configPrefix string, tokens []int, shapes [][2]int64) {
 	needFakeCUDA(t)
 	rnd := lcg(29)
 	var mem fakeMemory
@@ -239,7 +243,7 @@ func tilesEmulated(t *testing.T, configPrefix string, tokens []int) {
 		td.Planes[codec.PlaneSM], td.Planes[codec.PlaneCode] = addr(sm), addr(code)
 		return weightPair{d, &td, w}
 	}
-	for _, sh := range [][2]int64{{48, 256}, {64, 2048}} {
+	for _, sh := range shapes {
 		n, k := sh[0], sh[1]
 		a, b := tiledPair(n, k), tiledPair(32, k)
 		for _, name := range ConfigNames() {

@@ -58,7 +58,7 @@ if grep -n 'asm' "$OUT/linear_wgmma.inc"; then echo "run.sh: PTX left in linear_
 # moe.cu's 8-feature load/store helpers, SwiGLU, combine, routing-id, top-1 and scaled-gather kernels (from the helpers' comment to the end).
 awk '/^\/\/ 8 bf16 features at src/{on=1} on' kernels/moe.cu > "$OUT/moe_tail.inc"
 g++ -std=c++20 -O1 -g -fPIC -shared -Wno-unknown-pragmas -I"$OUT" -o "$OUT/libcuda.so.1" kernels/emu/fakecuda.cc -lpthread
-LD_LIBRARY_PATH="$OUT" GLYD_FAKE_CUDA=1 go test -count=1 -run 'Emulated' -v ./core/gpu "$@"
+LD_LIBRARY_PATH="$OUT" GLYD_FAKE_CUDA=1 go test -count=1 -timeout 40m -run 'Emulated' -v ./core/gpu "$@"
 # The C example of the GPU calls end to end on the fake GPU (build/libglyd.so,
 # make lib): a 64 x 256 weight at 4 rows runs an mma.sync tile.
 if [ $# -eq 0 ]; then
