@@ -120,8 +120,8 @@ def build(model, layers, distinct, layout="fixed12", shapes=None):
         for li in range(layers):
             p = bases[li % distinct]
             planes = {name: t.clone() for name, t in gpu_planes[li % distinct].items()}
-            dts.append(as_loaded(_gpu.DeviceTensor(None, dev, layout=p.layout, shape=p.shape, groups=p.groups,
-                                                   planes=planes)))
+            dt = as_loaded(_gpu.DeviceTensor(None, dev, layout=p.layout, shape=p.shape, groups=p.groups, planes=planes))
+            dts.append(dt)
             ws.append(dt.decode())
         bits = 8 * sum(pp.packed_bytes for pp in bases) / sum(pp.numel for pp in bases)
         out.append(dict(name=SHAPE_NAMES[si], n=n, k=k, w=ws, dt=dts, bits=bits))
