@@ -332,10 +332,11 @@ class DeviceTensor:
     plus the codec metadata. Made from a glyd.PackedTensor (planes copied once),
     or from planes already on the device (e.g. loaded parameters). tiled: the
     sm and code planes are in the tiled arrangement (tile()), not the stored
-    row-major one."""
+    row-major one. esc_rows: the escape index already built for these planes
+    (in either arrangement: it does not move), else it is built here."""
 
     def __init__(self, packed=None, device="cuda", *, layout=None, shape=None, groups=None, planes=None,
-                 tiled: bool = False):
+                 tiled: bool = False, esc_rows: torch.Tensor | None = None):
         if packed is not None:
             layout, shape, groups = packed.layout, packed.shape, packed.groups
             if packed.dtype != torch.bfloat16:
@@ -387,7 +388,10 @@ class DeviceTensor:
         self._c = c
         self._bounds = {}  # workspace_bound per row count
         self.esc_rows = None
-        if len(self.groups) == 1 and len(self.shape) >= 2 and self.escapes:
+        if esc_rows is not None:
+            self.esc_rows = esc_rows
+            c.esc_rows = esc_rows.data_ptr()
+        elif len(self.groups) == 1 and len(self.shape) >= 2 and self.escapes:
             lib = _gpu()
             n = c_size_t()
             _lib.check(lib.glyd_gpu_escape_index_bytes(ctypes.byref(c), ctypes.byref(n)))
@@ -419,7 +423,7 @@ class DeviceTensor:
             _lib.check(_gpu().glyd_gpu_tile(self.device.index, _stream(self.device), ctypes.byref(self._c),
                                             planes["sm"].data_ptr() or None, planes["code"].data_ptr() or None))
         return DeviceTensor(None, self.device, layout=self.layout, shape=self.shape, groups=self.groups,
-                            planes=planes, tiled=tiled)
+                            planes=planes, tiled=tiled, esc_rows=self.esc_rows)
 
     def decode(self, out: torch.Tensor | None = None, group: int = -1) -> torch.Tensor:
         """The bf16 tensor (or group `group` of it), bit-identical to glyd.unpack."""

@@ -76,11 +76,11 @@ def _tile(holder, tiled: bool):
         raise InvalidArgumentError(1, f"the packed tensor {holder.attr!r} {holder.shape} ({holder.layout}, "
                                       f"{holder.dtype}, on {holder.device}) cannot be tiled: that needs a fixed12 "
                                       f"bf16 matrix on a GPU")
+    from .gpu_linear import device_tensor  # the holder's own (its escape index too)
+
     held = holder.planes()
-    src = _gpu.DeviceTensor(layout="fixed12", shape=holder.shape, groups=holder.groups, planes=held,
-                            device=holder.device, tiled=holder.relaid)
     try:
-        dst = src.tile(tiled)
+        dst = device_tensor(holder).tile(tiled)
     except UnsupportedError:
         if tiled:
             return None  # rows % 16 or K % 64: stays row-major
