@@ -37,6 +37,7 @@ from glyd.transformers.modules import GlydEmbedding, GlydLinear, PackedWeight, i
 
 from conftest import make_model, model_inputs  # noqa: E402
 from test_kernels import ROWS, bits, safe_weights, weights  # noqa: E402
+from test_relayout import _assert_planes  # noqa: E402
 
 DEV = torch.device("cuda", 0)
 
@@ -45,16 +46,6 @@ def _pair(w):
     """(row-major, tiled) DeviceTensors of w packed as fixed12."""
     dt = _gpu.DeviceTensor(glyd.pack(w), DEV)
     return dt, dt.tile()
-
-
-def _assert_planes(got: dict, want: dict, what=""):
-    """got holds want's planes, byte for byte; an empty plane may be absent."""
-    for name, w in want.items():
-        g = got.get(name)
-        if w.numel() == 0:
-            assert g is None or g.numel() == 0, (what, name)
-        else:
-            assert g is not None and torch.equal(g.cpu(), w.cpu()), (what, name)
 
 
 def _tiled_reference(plane: torch.Tensor, n: int, width: int) -> torch.Tensor:
@@ -178,8 +169,8 @@ def test_module_weights_tiled_at_first_use(tmp_path, monkeypatch):
         want = "embed_tokens" not in n and h.shape[0] % 16 == 0 and h.shape[1] % 64 == 0
         assert h.relaid == h.tiled == want, (n, h.shape)
         # the stored planes wherever they go
-        _assert_planes(h.packed().planes, stored[n], n)
-        _assert_planes({key[len("glyd_"):]: v for key, v in h.state_dict().items()}, stored[n], n)
+        _assert_planes(h.packed().planes, stored[n])
+        _assert_planes({key[len("glyd_"):]: v for key, v in h.state_dict().items()}, stored[n])
         h.verify()
     layer = model.model.layers[0]
     assert layer.self_attn.q_proj.packed_weight.tiled and layer.mlp.gate_proj.packed_weight.tiled
@@ -212,29 +203,26 @@ def test_a_tiled_holder_leaves_with_its_stored_planes():
     h.materialize_empty_planes()
     stored = {k: v.detach().cpu().clone() for k, v in h.planes().items()}
 
-    def same_planes(got):
-        _assert_planes(got, stored)
-
     with torch.inference_mode():
         h.relay(True)
     assert h.relaid and h.tiled and h.device_shape == h.shape and not h.glyd_sm.is_inference()
     assert not torch.equal(h.glyd_sm.cpu(), stored["sm"])
     assert torch.equal(bits(h.decode().cpu()), bits(w))
-    same_planes(h.packed().planes)
+    _assert_planes(h.packed().planes, stored)
     h.verify()
     sd = h.state_dict()
-    same_planes({k[len("glyd_"):]: v for k, v in sd.items()})
+    _assert_planes({k[len("glyd_"):]: v for k, v in sd.items()}, stored)
     for c in (copy.deepcopy(h), pickle.loads(pickle.dumps(h))):
         assert not c.relaid and "_glyd_relay_checked" not in c.__dict__
-        same_planes(c.planes())
+        _assert_planes(c.planes(), stored)
     assert h.relaid
     h.load_state_dict(sd)
     assert not h.relaid
-    same_planes(h.planes())
+    _assert_planes(h.planes(), stored)
     h.relay(True)
     h.cpu()
     assert not h.relaid and h.device.type == "cpu"
-    same_planes(h.planes())
+    _assert_planes(h.planes(), stored)
     odd = PackedWeight.from_packed("weight", glyd.pack(weights((40, 1024), seed=31)), scratch_key="tiled-test-odd")
     odd.to(DEV)
     odd.relay(True)  # 40 rows: no tiled arrangement
