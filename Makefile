@@ -61,7 +61,7 @@ test-go: ## gofmt, go vet, go test -race, the committed fatbin matches its sourc
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
-test-emu: ## pack.cu, decode.cu's fixed12 and moe.cu's transposed experts kernels run on the CPU through a fake libcuda
+test-emu: lib ## pack.cu, tile.cu, decode.cu's fixed12, the fused linear tiles (mma.sync, wgmma, prompt; grouped mma.sync) and the transposed experts kernels run on the CPU through a fake libcuda
 	bash kernels/emu/run.sh
 
 test-fuzz: ## every fuzz target for a fixed count ($(FUZZTIME))

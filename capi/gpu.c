@@ -21,6 +21,9 @@ int glyd_gpu_decode_gather(int device, void *stream, const glyd_gpu_tensor *t, c
                            int64_t count, void *dst, size_t dst_bytes) {
     return glydgo_gpu_decode_gather(device, stream, (glyd_gpu_tensor *)t, (void *)ids, count, dst, dst_bytes);
 }
+int glyd_gpu_tile(int device, void *stream, const glyd_gpu_tensor *t, void *sm_dst, void *code_dst) {
+    return glydgo_gpu_tile(device, stream, (glyd_gpu_tensor *)t, sm_dst, code_dst);
+}
 int glyd_gpu_escape_index_bytes(const glyd_gpu_tensor *t, size_t *bytes) {
     return glydgo_gpu_escape_index_bytes((glyd_gpu_tensor *)t, bytes);
 }

@@ -54,6 +54,9 @@ func gpuTensor(t *C.glyd_gpu_tensor) (*gpu.DeviceTensor, error) {
 		Layout: codec.Layout(t.layout), DType: codec.DType(t.dtype), Shape: shape, Groups: groups,
 		EscRows: uintptr(t.esc_rows),
 	}
+	if t.layout == C.GLYD_LAYOUT_FIXED12_TILED {
+		d.Layout, d.Tiled = codec.Fixed12, true
+	}
 	if t.layout < 0 || t.layout > 255 || t.dtype < 0 || t.dtype > 255 {
 		return nil, errArg("layout %d / dtype %d out of range", t.layout, t.dtype)
 	}
@@ -150,6 +153,16 @@ func glydgo_gpu_decode_gather(device C.int, stream unsafe.Pointer, t *C.glyd_gpu
 		return fail(err)
 	}
 	return result(gpu.DecodeGather(int(device), uintptr(stream), d, uintptr(ids), int64(count), uintptr(dst)))
+}
+
+//export glydgo_gpu_tile
+func glydgo_gpu_tile(device C.int, stream unsafe.Pointer, t *C.glyd_gpu_tensor, smDst, codeDst unsafe.Pointer) (rc C.int) {
+	defer guard(&rc)
+	d, err := gpuTensor(t)
+	if err != nil {
+		return fail(err)
+	}
+	return result(gpu.Tile(int(device), uintptr(stream), d, uintptr(smDst), uintptr(codeDst)))
 }
 
 // rowsDst checks a row count and that dst_bytes holds that many rows of t's

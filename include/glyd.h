@@ -93,7 +93,12 @@ const char *glyd_last_error(void);
 typedef enum glyd_layout {
     GLYD_LAYOUT_RAW = 0,      /* stored as it is */
     GLYD_LAYOUT_FIXED12 = 1,  /* raw sign+mantissa byte + 4-bit exponent code */
-    GLYD_LAYOUT_SMALLEST = 2  /* raw sign+mantissa byte + 3-level exponent code */
+    GLYD_LAYOUT_SMALLEST = 2, /* raw sign+mantissa byte + 3-level exponent code */
+    /* Device planes only (glyd_gpu_tensor.layout): fixed12 whose sm and code
+     * planes are in 16-row x 64-column tiles, the arrangement the fused
+     * kernels read fastest (glyd_gpu_tile; docs/FORMAT.md, "Planes on the
+     * GPU"). Never stored in a file. */
+    GLYD_LAYOUT_FIXED12_TILED = 3
 } glyd_layout;
 
 typedef enum glyd_dtype {
@@ -299,7 +304,7 @@ typedef struct glyd_gpu_info {
 /* A packed tensor whose planes live in device memory. Metadata is host
  * memory, read during the call only. */
 typedef struct glyd_gpu_tensor {
-    int layout;                /* GLYD_LAYOUT_FIXED12 or GLYD_LAYOUT_SMALLEST */
+    int layout;                /* GLYD_LAYOUT_FIXED12, _FIXED12_TILED or _SMALLEST */
     int dtype;                 /* GLYD_DTYPE_BF16 (the only dtype the kernels take) */
     size_t ndim;               /* <= GLYD_MAX_DIMS */
     int64_t shape[GLYD_MAX_DIMS];
@@ -358,6 +363,21 @@ int glyd_gpu_decode_rows(int device, void *stream, const glyd_gpu_tensor *t, int
  * Enqueues one kernel. */
 int glyd_gpu_decode_gather(int device, void *stream, const glyd_gpu_tensor *t, const int64_t *ids,
                            int64_t count, void *dst, size_t dst_bytes);
+
+/* Re-lays t's sm and code planes at sm_dst and code_dst (device, the planes'
+ * sizes, 16-byte aligned, overlapping neither t's planes nor each other): a
+ * GLYD_LAYOUT_FIXED12 t becomes GLYD_LAYOUT_FIXED12_TILED, and back. The new
+ * planes with t's other planes, groups and escape index describe the same
+ * tensor in the other layout: on the H200 the fused linears read tiled planes
+ * faster, every other kernel reads both (glyd_gpu_decode_gather and the
+ * experts kernels: row-major only). Do it once when the planes are placed on
+ * the device; copy the planes back to row-major before they leave it (a file
+ * stores row-major planes only).
+ *   t: fixed12, one group, seen as the matrix [N, K] (>= 2 dimensions) with
+ *      N % 16 == 0 and K % 64 == 0, 16-byte aligned planes (UNSUPPORTED
+ *      otherwise).
+ * Enqueues two kernels. */
+int glyd_gpu_tile(int device, void *stream, const glyd_gpu_tensor *t, void *sm_dst, void *code_dst);
 
 /* Size in bytes of t's escape row index (0 when t has no escapes). t must be a
  * single-group tensor of >= 2 dimensions (the index has one entry per row of

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-SRCS="kernels/glyd.cu kernels/decode.cu kernels/linear.cu kernels/pack.cu kernels/moe.cu kernels/common.cuh kernels/wgmma.cuh core/gpu/glyd_kernel_params.h"
+SRCS="kernels/glyd.cu kernels/decode.cu kernels/linear.cu kernels/pack.cu kernels/moe.cu kernels/tile.cu kernels/common.cuh kernels/wgmma.cuh core/gpu/glyd_kernel_params.h"
 ARCHS="-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_86,code=sm_86 -gencode=arch=compute_89,code=sm_89 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_100a,code=sm_100a -gencode=arch=compute_120,code=sm_120 -gencode=arch=compute_80,code=compute_80"
 FLAGS="-O3 -std=c++17 -Xfatbin=-compress-all"
 

@@ -139,3 +139,33 @@ __device__ __forceinline__ float bf16_to_f32(uint32_t bits16) {
 	return __uint_as_float(bits16 << 16);
 }
 
+
+// The tiled arrangement of a fixed12 matrix [N, K]'s sm and code planes
+// (glyd_kparams.tiled = K / 64; N % 16 == 0, K % 64 == 0; docs/FORMAT.md,
+// "Planes on the GPU"): 16-row x 64-k tiles, [N/16][K/64][16][64] sm bytes,
+// so the 16 rows of a warp's k-block are 1 KiB of sm bytes and 512 of codes
+// in one piece (row-major: 16 pieces of 64 and 32 bytes, one per row). Both
+// planes permute alike: element e's code is nibble plane_index(e) of the
+// code plane.
+
+// Where row n's k-block 0 starts in the sm plane (half of it in the code
+// plane), and how far apart its k-blocks are.
+__device__ __forceinline__ int64_t row_at(int64_t n, int64_t K, uint32_t tiled) {
+	return tiled ? (n & ~(int64_t)15) * K + (n & 15) * 64 : n * K;
+}
+__device__ __forceinline__ uint32_t kblock_step(uint32_t tiled) { return tiled ? 1024u : 64u; }
+
+// The place in the planes of element e (= n * K + k) of the matrix.
+__device__ __forceinline__ uint64_t plane_index(uint64_t e, uint32_t tiled) {
+	if (!tiled) return e;
+	const uint64_t K = 64ull * tiled, n = e / K, k = e - n * K;
+	return (n & ~15ull) * K + (n & 15) * 64 + (k & ~63ull) * 16 + (k & 63);
+}
+
+// The unit (8 elements) of the row-major matrix that unit u of tiled planes
+// holds, u counted from the start of a 16-row group.
+__device__ __forceinline__ uint64_t tiled_unit(uint64_t u, uint32_t tiled) {
+	const uint32_t t = (uint32_t)(u >> 7), w = (uint32_t)u & 127u; // tile (< 2^32: < 2^42 elements), unit in it
+	const uint32_t r16 = t / tiled, kb = t - r16 * tiled;
+	return ((uint64_t)r16 * 16 + (w >> 3)) * tiled * 8 + kb * 8 + (w & 7);
+}

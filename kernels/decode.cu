@@ -94,14 +94,17 @@ constexpr int VEC = 12;
 // experts kernel of moe.cu runs it once per expert along y). KEEP: plain
 // stores that leave the output in L2 (a row-range tile a GEMM reads next);
 // otherwise streaming stores (evict-first). V: units per thread and step
-// (python/benchmarks/decode_bw.cu measures others).
+// (python/benchmarks/decode_bw.cu measures others). tiled (glyd_kparams.tiled):
+// the planes from sm, code on hold whole 16-row groups tiled, dst is
+// row-major. ubeg: the first unit to decode (the bulk kernel's tail).
 template <bool KEEP = false, int V = VEC>
 __device__ __forceinline__ void decode_f12_span(const uint8_t *sm, const uint8_t *code, uint16_t *dst,
-                                                const uint64_t n, const uint32_t base) {
+                                                const uint64_t n, const uint32_t base, const uint32_t tiled = 0,
+                                                const uint64_t ubeg = 0) {
 	const uint64_t nu = n / 8;
 	const uint32_t B4 = base * 0x01010101u;
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-	for (uint64_t u0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u0 < nu; u0 += stride * V) {
+	for (uint64_t u0 = ubeg + (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; u0 < nu; u0 += stride * V) {
 		uint2 s[V];
 		uint32_t c[V];
 #pragma unroll
@@ -117,11 +120,13 @@ __device__ __forceinline__ void decode_f12_span(const uint8_t *sm, const uint8_t
 			const uint64_t u = u0 + j * stride;
 			if (u < nu) {
 				const uint4 v = decode8(s[j].x, s[j].y, c[j], B4);
-				if (KEEP) st_keep16(dst + u * 8, v); else st_stream16(dst + u * 8, v);
+				uint16_t *d = dst + (tiled ? tiled_unit(u, tiled) : u) * 8;
+				if (KEEP) st_keep16(d, v); else st_stream16(d, v);
 			}
 		}
 	}
-	// Tail: the last n % 8 elements, one per thread of the first block.
+	// Tail: the last n % 8 elements, one per thread of the first block (none
+	// when tiled: K % 64 == 0).
 	if (blockIdx.x == 0) {
 		for (uint64_t i = nu * 8 + threadIdx.x; i < n; i += blockDim.x) {
 			const uint32_t c = (code[i >> 1] >> ((i & 1) * 4)) & 15u;
@@ -131,15 +136,16 @@ __device__ __forceinline__ void decode_f12_span(const uint8_t *sm, const uint8_t
 }
 
 // Elements [f, f + n) of the group, f = row0*K (0 for a whole group; the host
-// gives f % 8 == 0 here).
+// gives f % 8 == 0 here, and when tiled row0 and n / K multiples of 16, so
+// that [f, f + n) of the planes is whole 16-row groups).
 extern "C" __global__ void __launch_bounds__(256, 3) glyd_decode_f12_vec(const glyd_kparams p) {
 	const uint64_t first = (uint64_t)p.row0 * (uint64_t)p.K;
 	const uint8_t *sm = (const uint8_t *)p.sm + first;
 	const uint8_t *code = (const uint8_t *)p.code + first / 2;
 	if (p.K > 0)
-		decode_f12_span<true>(sm, code, (uint16_t *)p.dst, p.n, p.base);
+		decode_f12_span<true>(sm, code, (uint16_t *)p.dst, p.n, p.base, p.tiled);
 	else
-		decode_f12_span<false>(sm, code, (uint16_t *)p.dst, p.n, p.base);
+		decode_f12_span<false>(sm, code, (uint16_t *)p.dst, p.n, p.base, p.tiled);
 }
 
 extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_scalar(const glyd_kparams p) {
@@ -149,26 +155,27 @@ extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_scalar(const g
 	uint16_t *dst = (uint16_t *)p.dst;
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += stride) {
-		const uint64_t e = first + i;
+		const uint64_t e = plane_index(first + i, p.tiled);
 		const uint32_t c = (code[e >> 1] >> ((e & 1) * 4)) & 15u;
 		dst[i] = bf16_bits(sm[e], (p.base + c) & 0xffu);
 	}
 }
 
 // The escapes of one group of n elements, grid-strided: dst[escidx[e]] gets
-// its sm byte with exponent escexp[e] (indices past n are ignored).
+// its sm byte with exponent escexp[e] (indices past n are ignored; tiled as
+// glyd_kparams.tiled).
 __device__ __forceinline__ void escape_scatter(const uint8_t *sm, const uint32_t *escidx, const uint8_t *escexp,
-                                               uint64_t escapes, uint64_t n, uint16_t *dst) {
+                                               uint64_t escapes, uint64_t n, uint16_t *dst, uint32_t tiled = 0) {
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < escapes; e += stride) {
 		const uint64_t i = escidx[e];
-		if (i < n) dst[i] = bf16_bits(sm[i], escexp[e]);
+		if (i < n) dst[i] = bf16_bits(sm[plane_index(i, tiled)], escexp[e]);
 	}
 }
 
 extern "C" __global__ void __launch_bounds__(256) glyd_escape_scatter(const glyd_kparams p) {
 	escape_scatter((const uint8_t *)p.sm, (const uint32_t *)p.escidx, (const uint8_t *)p.escexp, p.escapes, p.n,
-	               (uint16_t *)p.dst);
+	               (uint16_t *)p.dst, p.tiled);
 }
 
 // The exact bits of one row's escapes into its decoded row d: records
@@ -319,7 +326,7 @@ __device__ __forceinline__ uint4 decode_staged(uint32_t st, uint32_t u, uint32_t
 
 template <bool KEEP, int CH = BULK_CH, int S = BULK_S>
 __device__ __forceinline__ void decode_f12_bulk_span(const uint8_t *sm, const uint8_t *code, uint16_t *dst,
-                                                     const uint64_t n, const uint32_t base) {
+                                                     const uint64_t n, const uint32_t base, const uint32_t tiled) {
 #ifdef GLYD_WGMMA
 	extern __shared__ __align__(128) uint8_t stages[];
 	__shared__ __align__(8) uint64_t full[S];
@@ -348,14 +355,14 @@ __device__ __forceinline__ void decode_f12_bulk_span(const uint8_t *sm, const ui
 		for (int j = 0; j < CH / 256; j++) {
 			const uint32_t u = j * 256 + tid;
 			const uint4 v = decode_staged<CH>(st, u, B4);
-			uint16_t *d = dst + (c * CH + u) * 8;
+			const uint64_t du = c * CH + u;
+			uint16_t *d = dst + (tiled ? tiled_unit(du, tiled) : du) * 8;
 			if (KEEP) st_keep16(d, v); else st_stream16(d, v);
 		}
 		__syncthreads(); // every thread has read stage s
 		if (tid == 0 && c + (uint64_t)S * gridDim.x < nch) fetch(c + (uint64_t)S * gridDim.x, s);
 	}
-	const uint64_t done = nch * CH * 8;
-	decode_f12_span<KEEP>(sm + done, code + done / 2, dst + done, n - done, base);
+	decode_f12_span<KEEP>(sm, code, dst, n, base, tiled, nch * CH);
 #endif
 }
 
@@ -364,9 +371,9 @@ extern "C" __global__ void __launch_bounds__(256) glyd_decode_f12_bulk(const gly
 	const uint8_t *sm = (const uint8_t *)p.sm + first;
 	const uint8_t *code = (const uint8_t *)p.code + first / 2;
 	if (p.K > 0)
-		decode_f12_bulk_span<true>(sm, code, (uint16_t *)p.dst, p.n, p.base);
+		decode_f12_bulk_span<true>(sm, code, (uint16_t *)p.dst, p.n, p.base, p.tiled);
 	else
-		decode_f12_bulk_span<false>(sm, code, (uint16_t *)p.dst, p.n, p.base);
+		decode_f12_bulk_span<false>(sm, code, (uint16_t *)p.dst, p.n, p.base, p.tiled);
 }
 
 // Escape index for the fused kernels (built once when a tensor is placed on
@@ -397,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(256) glyd_escape_records(const glyd
 	const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 	for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < p.escapes; e += stride) {
 		const uint64_t i = escidx[e];
-		rec[e] = make_uint2((uint32_t)(i % (uint64_t)p.K), bf16_bits(sm[i], escexp[e]));
+		rec[e] = make_uint2((uint32_t)(i % (uint64_t)p.K), bf16_bits(sm[plane_index(i, p.tiled)], escexp[e]));
 	}
 }
 

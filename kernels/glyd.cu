@@ -7,3 +7,4 @@
 #include "linear.cu"
 #include "pack.cu"
 #include "moe.cu"
+#include "tile.cu"

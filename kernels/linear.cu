@@ -443,6 +443,8 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 	// ~130 of its ~300 instructions per k-block at 32 tokens (SASS, sm_90a).
 	// Rows past N or R read row N-1 or R-1 instead: their results are never
 	// stored, and each output depends on its own weight row and token only.
+	// Row-major or tiled planes (p.tiled): k-block kb of a row is kb * KS
+	// bytes of sm (half of that of code) past its first.
 	const uint8_t *smr[MT][2];
 	const uint8_t *cdr[MT][2];
 #pragma unroll
@@ -451,9 +453,11 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 		for (int h = 0; h < 2; h++) {
 			int64_t n = n0 + wn * 16 * MT + mt * 16 + g + 8 * h;
 			if (n >= N) n = N - 1;
-			smr[mt][h] = pin(sm + n * K + 16 * t);
-			cdr[mt][h] = pin(code + n * K / 2 + 8 * t);
+			const int64_t at = row_at(n, K, p.tiled);
+			smr[mt][h] = pin(sm + at + 16 * t);
+			cdr[mt][h] = pin(code + at / 2 + 8 * t);
 		}
+	const uint32_t KS = kblock_step(p.tiled);
 	const uint16_t *xr[NT];
 #pragma unroll
 	for (int nt = 0; nt < NT; nt++) {
@@ -476,13 +480,14 @@ __device__ __forceinline__ void linear_f12(const glyd_kparams &p, float *smem, i
 		for (int u = 0; u < U; u++) {
 			const int32_t kb = kbase + u * WK;
 			const int32_t k0 = kb * 64; // this lane's k is k0 + 16t (in the pointers)
+			const uint32_t at = (uint32_t)kb * KS; // its bytes of sm from the rows' first (code: half)
 #pragma unroll
 			for (int mt = 0; mt < MT; mt++)
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
 					if (kb < kb_hi32 && k0 + 16 * t < K32) {
-						b.s[u][mt][h] = ld_stream16(smr[mt][h] + k0);
-						b.c[u][mt][h] = ld_stream8(cdr[mt][h] + k0 / 2);
+						b.s[u][mt][h] = ld_stream16(smr[mt][h] + at);
+						b.c[u][mt][h] = ld_stream8(cdr[mt][h] + (at >> 1));
 					} else {
 						b.s[u][mt][h] = make_uint4(0, 0, 0, 0);
 						b.c[u][mt][h] = make_uint2(0, 0);
@@ -683,28 +688,33 @@ __device__ __forceinline__ uint32_t stage_offset(int tok, int ch) {
 // The two weight rows of a consumer lane (g = lane/4, t = lane%4) in a warp
 // that owns rows row0..row0+15: rows row0 + g and row0 + g + 8 (clamped to
 // N-1: their results are never stored), pointers pinned to their 16 bytes
-// of sm and 8 of code at k = 16t of each 64-k block.
+// of sm and 8 of code at k = 16t of k-block 0; k-block kb is kb * ks bytes
+// of sm (half of that of code) further (row-major or tiled planes).
 struct WarpRows {
 	const uint8_t *smr[2], *cdr[2];
 	int t;
+	uint32_t ks;
 	__device__ __forceinline__ WarpRows(const glyd_kparams &p, int64_t row0) {
 		const int lane = threadIdx.x & 31;
 		t = lane & 3;
+		ks = kblock_step(p.tiled);
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			int64_t n = row0 + (lane >> 2) + 8 * h;
 			if (n >= p.N) n = p.N - 1;
-			smr[h] = pin((const uint8_t *)p.sm + n * p.K + 16 * t);
-			cdr[h] = pin((const uint8_t *)p.code + n * p.K / 2 + 8 * t);
+			const int64_t at = row_at(n, p.K, p.tiled);
+			smr[h] = pin((const uint8_t *)p.sm + at + 16 * t);
+			cdr[h] = pin((const uint8_t *)p.code + at / 2 + 8 * t);
 		}
 	}
 	// Both rows' weights of k-block kb, or zeros (valid false, or past K).
 	__device__ __forceinline__ void load(uint4 (&s2)[2], uint2 (&c2)[2], int32_t kb, bool valid, int32_t K32) const {
+		const uint32_t at = (uint32_t)kb * ks;
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			if (valid && kb * 64 + 16 * t < K32) {
-				s2[h] = ld_stream16(smr[h] + kb * 64);
-				c2[h] = ld_stream8(cdr[h] + kb * 32);
+				s2[h] = ld_stream16(smr[h] + at);
+				c2[h] = ld_stream8(cdr[h] + (at >> 1));
 			} else {
 				s2[h] = make_uint4(0, 0, 0, 0);
 				c2[h] = make_uint2(0, 0);
@@ -716,11 +726,11 @@ struct WarpRows {
 	// 0 first), zeros past K; nothing is copied when valid is false.
 	__device__ __forceinline__ void stage(uint32_t dst, uint32_t pitch, int32_t kb, bool valid, int32_t K32) const {
 		if (!valid) return;
-		const uint32_t bytes = kb * 64 + 16 * t < K32 ? 16 : 0;
+		const uint32_t bytes = kb * 64 + 16 * t < K32 ? 16 : 0, at = (uint32_t)kb * ks;
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			cp_async16(dst + pitch * h, smr[h] + kb * 64, bytes);
-			cp_async8(dst + 2 * pitch + 8 * h, cdr[h] + kb * 32, bytes / 2);
+			cp_async16(dst + pitch * h, smr[h] + at, bytes);
+			cp_async8(dst + 2 * pitch + 8 * h, cdr[h] + (at >> 1), bytes / 2);
 		}
 	}
 };
@@ -1269,7 +1279,7 @@ extern "C" __global__ void __launch_bounds__(128) glyd_lin_f12_generic(const gly
 #pragma unroll
 	for (int j = 0; j < 8; j++) acc[j] = 0.f;
 	for (int64_t k = lane; k < K; k += 32) {
-		const uint64_t i = (uint64_t)n * K + k;
+		const uint64_t i = plane_index((uint64_t)n * K + k, p.tiled);
 		const uint32_t c = (code[i >> 1] >> ((i & 1) * 4)) & 15u;
 		const float w = bf16_to_f32(bf16_bits(sm[i], c == 15u ? 0u : p.base + c));
 #pragma unroll

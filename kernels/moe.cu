@@ -186,6 +186,7 @@ __device__ __forceinline__ glyd_kparams expert_params(const glyd_kparams &p, int
 	q.bias = p.bias ? p.bias + (glyd_u64)e * (glyd_u64)p.N * 2u : 0;
 	q.rows = r1 - r0;
 	q.splits = 1;
+	q.tiled = 0; // experts keep row-major planes (a constant: the tiles' addresses fold as before)
 	return q;
 }
 

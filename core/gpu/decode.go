@@ -32,6 +32,7 @@ func groupParams(t *DeviceTensor, g int) C.glyd_kparams {
 	p.n = C.glyd_u64(gr.Elements)
 	p.escapes = C.glyd_u64(gr.Escapes)
 	p.base = C.glyd_u32(gr.Base)
+	p.tiled = C.glyd_u32(t.kblocks())
 	for i := 0; i < 6; i++ {
 		p.table[i] = C.glyd_u32(gr.Table[i])
 	}
@@ -60,13 +61,17 @@ const (
 // group of p (p.dst, p.n, and for a row range p.row0 and p.K set) with the
 // fastest kernel their alignment allows: on sm_90 the bulk copy engine's
 // (16-byte aligned planes, at least one chunk), else the vector kernel
-// (8-byte sm, 4-byte code), else one element per thread. One block per
-// multiprocessor for the bulk kernel: 48 KiB in flight each are enough
+// (8-byte sm, 4-byte code), else one element per thread — also for tiled
+// planes (p.tiled) where the elements are not whole 16-row groups, which the
+// other two decode in the planes' order. One block per multiprocessor for
+// the bulk kernel: 48 KiB in flight each are enough
 // (python/benchmarks/decode_bw.cu: as fast as four).
 func launchDecodeF12(dev int, d *device, stream uintptr, p *C.glyd_kparams, first, cnt uint64) error {
 	sm, code, sms := uint64(p.sm)+first, uint64(p.code)+first/2, d.info.SMs
+	group := 16 * 64 * uint64(p.tiled) // elements of a 16-row group of tiled planes
 	switch {
-	case first%8 != 0 || sm%8 != 0 || code%4 != 0 || uint64(p.dst)%16 != 0 || cnt < 8:
+	case first%8 != 0 || sm%8 != 0 || code%4 != 0 || uint64(p.dst)%16 != 0 || cnt < 8,
+		group > 0 && (first%group != 0 || cnt%group != 0):
 		return launch(dev, kDecodeF12Scalar, gridFor(cnt, 256, sms*16), 1, 1, 256, 0, stream, p)
 	case d.hopper() && sm%16 == 0 && code%16 == 0 && cnt >= 8*bulkChunk:
 		return launch(dev, kDecodeF12Bulk, gridFor(cnt/8, bulkChunk, sms), 1, 1, 256, bulkSmem, stream, p)
@@ -280,6 +285,9 @@ func DecodeGather(dev int, stream uintptr, t *DeviceTensor, ids uintptr, count i
 	n, k, err := fixed12Rows(t, "gather")
 	if err != nil {
 		return err
+	}
+	if t.Tiled {
+		return status.Errorf(status.Unsupported, "gpu: gather reads row-major planes; an embedding table is not tiled (Tile)")
 	}
 	p := groupParams(t, 0)
 	if k%8 != 0 || uint64(p.sm)%8 != 0 || uint64(p.code)%4 != 0 {

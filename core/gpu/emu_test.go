@@ -669,3 +669,153 @@ func TestPromptLayoutEmulated(t *testing.T) {
 	}
 	runtime.KeepAlive(&mem)
 }
+
+// TestGroupedTilesEmulated runs the grouped experts kernels (every
+// glyd_lin_f12g* configuration, forced: the mma.sync and the wgmma tiles)
+// through the fake libcuda on experts [4, 48, 256] with escapes, some
+// experts without rows, against a float64 reference. Run it with
+// kernels/emu/run.sh.
+func TestGroupedTilesEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	defer func() { _ = ForceConfig("") }()
+	rnd := lcg(31)
+	const e, n, k = 4, 48, 256
+	w := make([]uint16, e*n*k)
+	for i := range w {
+		w[i] = uint16(rnd()&0x807f) | uint16(118+rnd()%6)<<7
+		if rnd()%97 == 0 {
+			w[i] = 0 // an escape
+		}
+	}
+	pk, err := codec.Pack(w, codec.BF16, []int64{e, n, k}, codec.Options{Layout: codec.Fixed12, Groups: e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mem fakeMemory
+	d := mem.tensor(pk, []int64{e, n, k})
+	tb, err := ExpertsTableBytes(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := mem.alloc(int(tb))
+	if err := BuildExpertsTable(0, 0, d, addr(table)); err != nil {
+		t.Fatal(err)
+	}
+	counts := []int32{3, 0, 9, 1}
+	offs := make([]int32, e)
+	rows := int64(0)
+	for i, c := range counts {
+		rows += int64(c)
+		offs[i] = int32(rows)
+	}
+	xb := mem.alloc(int(2 * rows * k))
+	xs := make([]float32, rows*k)
+	for j := range xs {
+		h := bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 1000)
+		binary.LittleEndian.PutUint16(xb[2*j:], h)
+		xs[j] = bf16.ToFloat32(h)
+	}
+	for _, c := range groupedConfigs {
+		name := c.groupedName()
+		if err := ForceConfig(name); err != nil {
+			t.Fatal(err)
+		}
+		yb := mem.alloc(int(2 * rows * n))
+		if err := LinearExperts(0, 0, addr(xb), rows, d, addr(table), addr(offs), 0, addr(yb), false, 0, 0); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r := int64(0)
+		for ex, c := range counts {
+			for ; r < int64(offs[ex]); r++ {
+				for j := int64(0); j < n; j++ {
+					var want, mag float64
+					for q := int64(0); q < k; q++ {
+						p := float64(xs[r*k+q]) * float64(bf16.ToFloat32(w[(int64(ex)*n+j)*k+q]))
+						want += p
+						mag += math.Abs(p)
+					}
+					got := float64(bf16.ToFloat32(binary.LittleEndian.Uint16(yb[2*(r*n+j):])))
+					if math.Abs(got-want) > 1e-2*math.Abs(want)+1e-5*mag+1e-30 {
+						t.Fatalf("%s: expert %d (%d rows) row %d output %d: %g, want %g", name, ex, c, r, j, got, want)
+					}
+				}
+			}
+		}
+	}
+	runtime.KeepAlive(&mem)
+}
+
+// TestEveryConfigEmulated runs every dense configuration (forced, and the
+// automatic choice) through the fake libcuda on shapes off the tiles' grid
+// (rows not a multiple of 16, K not of 64, partial weight and token tiles),
+// weights with escapes (any exponent, rows of them) and _safe weights
+// (exponents near 255: escapes decode as 0), at 1-65 tokens, against a
+// float64 reference (checkLinear). Run it with kernels/emu/run.sh.
+func TestEveryConfigEmulated(t *testing.T) {
+	needFakeCUDA(t)
+	defer func() { _ = ForceConfig("") }()
+	rnd := lcg(77)
+	var mem fakeMemory
+	for _, sh := range [][2]int64{{16, 80}, {40, 208}, {200, 64}, {72, 592}} {
+		n, k := sh[0], sh[1]
+		for _, safe := range []bool{false, true} {
+			var d *DeviceTensor
+			var w []uint16
+			if safe {
+				w = make([]uint16, n*k)
+				for i := range w {
+					w[i] = uint16(rnd()&0x807f) | uint16(241+rnd()%14)<<7
+					if rnd()%53 == 0 {
+						w[i] = 0
+					}
+				}
+				pk, err := codec.Pack(w, codec.BF16, []int64{n, k}, codec.Options{Layout: codec.Fixed12})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d = mem.tensor(pk, []int64{n, k})
+				if pk.Groups[0].Escapes > 0 {
+					eb, _ := EscapeIndexBytes(d)
+					idx := mem.alloc(int(eb))
+					if err := BuildEscapeIndex(0, 0, d, addr(idx)); err != nil {
+						t.Fatal(err)
+					}
+					d.EscRows = addr(idx)
+				}
+			} else {
+				d, w = mem.weight(t, rnd, n, k, 30)
+			}
+			scale := float32(1)
+			if safe {
+				scale = 1.0 / (1 << 30) / (1 << 30) / (1 << 30) / (1 << 30)
+			}
+			for _, name := range append(ConfigNames(), "") {
+				if err := ForceConfig(name); err != nil {
+					t.Fatal(err)
+				}
+				for _, rows := range []int{1, 5, 65} {
+					x := mem.alloc(2 * rows * int(k))
+					xs := make([]float32, rows*int(k))
+					for j := range xs {
+						h := bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 500 * scale)
+						binary.LittleEndian.PutUint16(x[2*j:], h)
+						xs[j] = bf16.ToFloat32(h)
+					}
+					need, err := LinearWorkspaceBound(d, rows)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var wsp uintptr
+					if need > 0 {
+						wsp = addr(mem.alloc(int(need)))
+					}
+					y := mem.alloc(2 * rows * int(n))
+					if err := Linear(0, 0, addr(x), rows, d, 0, addr(y), wsp, need); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					checkLinear(t, fmt.Sprintf("%q safe %v %dx%d rows %d", name, safe, n, k, rows), y, xs, w, d.Groups[0].Base, rows, n, k)
+				}
+			}
+		}
+	}
+}

@@ -67,7 +67,8 @@ typedef struct glyd_kparams {
 	/* Exponent tables. */
 	glyd_u32 base;     /* exponent of code 0 of the 4-bit code */
 	glyd_u32 table[6]; /* smallest: exponents of level-1 codes 0..2 and level-2 codes 0..2 */
-	glyd_u32 pad;
+	glyd_u32 tiled;    /* fixed12 matrices: 0 = row-major sm and code planes; else K / 64, the
+	                    * planes in 16-row x 64-k tiles (kernels/common.cuh, plane_index) */
 	glyd_u32 splits; /* linear: K is split over gridDim.z = splits blocks (1 = no split) */
 	glyd_u32 ebase;  /* linear: exponent the kernel gave escaped weights (base+15, or 0) */
 	/* Pack (kernels/pack.cu): x = the bf16 tensor, n = elements per group,

@@ -150,6 +150,7 @@ var kernelNames = []string{
 	"glyd_lin_xperm_t256",
 	"glyd_decode_f12_bulk",
 	"glyd_decode_f12_gather",
+	"glyd_tile_bytes",
 }
 
 const (
@@ -186,6 +187,7 @@ const (
 	_
 	kDecodeF12Bulk
 	kDecodeF12Gather
+	kTileBytes
 	kLinFirst // the linear configurations of linear.go follow, each name, name_safe, name_many, name_many_safe,
 	// then the grouped ones of moe.go (kGroupedFirst)
 )

@@ -480,11 +480,18 @@ func fastPath(w *DeviceTensor, x uintptr) bool {
 // (GLYD_MAX_SEGMENTS); LinearMany launches once per that many.
 const maxSegments = int(C.GLYD_MAX_SEGMENTS)
 
-// chunks splits the weights of a LinearMany call into the launches it makes.
+// chunks splits the weights of a LinearMany call into the launches it
+// makes: runs of at most maxSegments weights whose planes are all tiled or
+// all row-major (glyd_kparams.tiled is the launch's).
 func chunks(ws []*DeviceTensor) [][]*DeviceTensor {
 	var out [][]*DeviceTensor
-	for i := 0; i < len(ws); i += maxSegments {
-		out = append(out, ws[i:min(i+maxSegments, len(ws))])
+	for i := 0; i < len(ws); {
+		j := i + 1
+		for j < len(ws) && j-i < maxSegments && ws[j].Tiled == ws[i].Tiled {
+			j++
+		}
+		out = append(out, ws[i:j])
+		i = j
 	}
 	return out
 }
@@ -806,6 +813,8 @@ func manyParams(ws []*DeviceTensor, biases []uintptr, safe bool, x, y uintptr, r
 		p.seg[i] = segment(w, biases[i], eb)
 	}
 	p.nseg = C.glyd_u32(len(ws))
+	// K / 64 when tiled, the same for every weight of a launch (chunks)
+	p.tiled = C.glyd_u32(ws[0].kblocks())
 	if len(ws) == 1 { // the single-weight kernels read the weight's fields directly
 		sg := &p.seg[0]
 		p.sm, p.code, p.escrows, p.escrecs, p.bias = sg.sm, sg.code, sg.escrows, sg.escrecs, sg.bias

@@ -27,8 +27,8 @@ func expertDims(t *DeviceTensor) (e, n, k int64, err error) {
 	if err = t.validate(); err != nil {
 		return
 	}
-	if t.Layout != codec.Fixed12 {
-		err = status.Errorf(status.Unsupported, "gpu: experts kernels take fixed12 tensors, not layout %d", t.Layout)
+	if t.Layout != codec.Fixed12 || t.Tiled {
+		err = status.Errorf(status.Unsupported, "gpu: experts kernels take fixed12 tensors with row-major planes, not layout %d (tiled %v)", t.Layout, t.Tiled)
 		return
 	}
 	if len(t.Shape) < 2 {

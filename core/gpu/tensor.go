@@ -22,6 +22,32 @@ type DeviceTensor struct {
 	// BuildEscapeIndex writes (EscapeIndexBytes bytes); Linear needs it when
 	// the tensor has escapes. 0 otherwise.
 	EscRows uintptr
+	// Tiled: the sm and code planes hold the tiled arrangement (Tile;
+	// docs/FORMAT.md, "Planes on the GPU") instead of the codec's row-major
+	// one. The escape planes and the escape index do not change.
+	Tiled bool
+}
+
+// tileable reports why t's planes cannot be tiled (Tile), or nil: the
+// arrangement is defined for fixed12 matrices [N, K] of one group with N a
+// multiple of 16 and K of 64.
+func (t *DeviceTensor) tileable() error {
+	if t.Layout != codec.Fixed12 || len(t.Groups) != 1 || len(t.Shape) < 2 {
+		return status.Errorf(status.Unsupported, "gpu: only fixed12 matrices of one group have a tiled arrangement (layout %d, %d groups, shape %v)", t.Layout, len(t.Groups), t.Shape)
+	}
+	n, k, _ := matrixDims(t)
+	if n%16 != 0 || k%64 != 0 {
+		return status.Errorf(status.Unsupported, "gpu: a tiled arrangement needs rows %% 16 == 0 and K %% 64 == 0, the matrix is [%d, %d]", n, k)
+	}
+	return nil
+}
+
+// kblocks is glyd_kparams.tiled for t: K / 64 when tiled, else 0.
+func (t *DeviceTensor) kblocks() uint32 {
+	if !t.Tiled {
+		return 0
+	}
+	return uint32(t.Shape[len(t.Shape)-1] / 64)
 }
 
 // validate checks what every kernel relies on. It is cheap (no allocation):
@@ -65,6 +91,14 @@ func (t *DeviceTensor) validate() error {
 	}
 	if t.Layout == codec.Smallest && total > 0 && t.Planes[codec.PlaneChunks] == 0 {
 		return status.Errorf(status.InvalidArgument, "gpu: smallest layout without chunk table")
+	}
+	if t.Tiled {
+		if err := t.tileable(); err != nil {
+			return status.Errorf(status.InvalidArgument, "gpu: tensor marked tiled: %v", err)
+		}
+		if k := t.Shape[len(t.Shape)-1]; k >= 1<<28 { // the kernels' 32-bit offsets in a 16-row band
+			return status.Errorf(status.Unsupported, "gpu: tiled K = %d is too large (< 2^28)", k)
+		}
 	}
 	return nil
 }

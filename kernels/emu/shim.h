@@ -21,6 +21,10 @@ struct uint2 {
 	uint32_t x, y;
 };
 inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return uint4{a, b, c, d}; }
+struct float4 {
+	float x, y, z, w;
+};
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 inline uint2 make_uint2(uint32_t a, uint32_t b) { return uint2{a, b}; }
 extern std::barrier<> *emu_block_bar;
 extern std::barrier<> *emu_warp_bar[32];

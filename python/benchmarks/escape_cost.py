@@ -18,6 +18,7 @@ import sys
 import torch
 
 from glyd import _gpu
+from glyd.gpu.bench import as_loaded
 from glyd.gpu.bench import MODELS, SHAPE_NAMES, _time_graph
 
 LAYERS, ROUNDS = 12, 3
@@ -46,7 +47,7 @@ def main(argv):
         for label, w in variants(n, k, gen).items():
             packed = _gpu.pack(w.to(torch.bfloat16))
             esc[label] = packed.escape_fraction
-            sets[label] = [_gpu.DeviceTensor(packed, "cuda") for _ in range(LAYERS)]
+            sets[label] = [as_loaded(_gpu.DeviceTensor(packed, "cuda")) for _ in range(LAYERS)]
         for t in tokens:
             x = torch.randn(t, k, device="cuda").to(torch.bfloat16)
             y = torch.empty(t, n, device="cuda", dtype=torch.bfloat16)

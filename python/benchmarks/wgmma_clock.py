@@ -4,8 +4,9 @@ diagnostic library of python/benchmarks/wgmma_clock.sh (GLYD_LIBRARY=build/diag/
 its products are wrong (the counts overwrite y)."""
 import torch, glyd
 from glyd import _gpu
+from glyd.gpu.bench import as_loaded
 w = (torch.randn(24576, 4096) * 0.02).to(torch.bfloat16)
-dt = _gpu.DeviceTensor(glyd.pack(w), "cuda")
+dt = as_loaded(_gpu.DeviceTensor(glyd.pack(w), "cuda"))
 for rows in (16, 32, 64, 128):
     x = torch.randn(rows, 4096, device="cuda").to(torch.bfloat16)
     for _ in range(3):

@@ -66,6 +66,7 @@ __all__ = ["DeviceTensor", "MultiLinear", "available", "describe", "device_info"
 
 LAYOUT_FIXED12 = 1
 LAYOUT_SMALLEST = 2
+LAYOUT_FIXED12_TILED = 3  # device planes only: fixed12 with sm and code in 16-row x 64-k tiles (DeviceTensor.tile)
 DTYPE_BF16 = 1
 
 
@@ -111,6 +112,7 @@ _SIGNATURES = {
     "glyd_gpu_decode": (c_int, [c_int, c_void_p, _T, c_int64, c_void_p, c_size_t]),
     "glyd_gpu_decode_rows": (c_int, [c_int, c_void_p, _T, c_int64, c_int64, c_void_p, c_size_t]),
     "glyd_gpu_decode_gather": (c_int, [c_int, c_void_p, _T, c_void_p, c_int64, c_void_p, c_size_t]),
+    "glyd_gpu_tile": (c_int, [c_int, c_void_p, _T, c_void_p, c_void_p]),
     "glyd_gpu_escape_index_bytes": (c_int, [_T, POINTER(c_size_t)]),
     "glyd_gpu_build_escape_index": (c_int, [c_int, c_void_p, _T, c_void_p, c_size_t]),
     "glyd_gpu_linear_workspace_bound": (c_int, [_T, c_int64, POINTER(c_size_t)]),
@@ -237,6 +239,10 @@ PROMPT_TILE_MB: float = _env_number("GLYD_PROMPT_TILE_MB", 256.0, float, 1e-9)
 PROMPT_KERNEL = "decode tiles + cuBLAS"
 #: Tiles hold a multiple of this many weight rows (and at least this many).
 TILE_ROW_MULTIPLE = 128
+#: Whether the fused linears' weights get their planes tiled when they are
+#: placed on a GPU (DeviceTensor.tile; glyd.transformers.gpu_relayout).
+#: Environment GLYD_TILED=0 keeps them row-major.
+TILED: bool = os.environ.get("GLYD_TILED", "").strip().lower() not in ("0", "false", "no")
 
 _FORCED = [False]  # force_kernel(name) benchmarks the fused kernel: no prompt path then
 _FORCE_GEN = [0]  # bumped by force_kernel: the workspace bounds cached per row count depend on the kernel
@@ -324,9 +330,13 @@ def _cached_bound(bounds: dict, rows: int, query) -> int:
 class DeviceTensor:
     """A packed tensor placed on a CUDA device: its planes as uint8 CUDA tensors
     plus the codec metadata. Made from a glyd.PackedTensor (planes copied once),
-    or from planes already on the device (e.g. loaded parameters)."""
+    or from planes already on the device (e.g. loaded parameters). tiled: the
+    sm and code planes are in the tiled arrangement (tile()), not the stored
+    row-major one. esc_rows: the escape index already built for these planes
+    (in either arrangement: it does not move), else it is built here."""
 
-    def __init__(self, packed=None, device="cuda", *, layout=None, shape=None, groups=None, planes=None):
+    def __init__(self, packed=None, device="cuda", *, layout=None, shape=None, groups=None, planes=None,
+                 tiled: bool = False, esc_rows: torch.Tensor | None = None):
         if packed is not None:
             layout, shape, groups = packed.layout, packed.shape, packed.groups
             if packed.dtype != torch.bfloat16:
@@ -341,6 +351,9 @@ class DeviceTensor:
             raise InvalidArgumentError(1, f"DeviceTensor needs a CUDA device, not {dev}")
         self.device = torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device())
         self.layout = layout
+        self.tiled = bool(tiled)
+        if self.tiled and layout != "fixed12":
+            raise InvalidArgumentError(1, f"tiled planes are fixed12 planes, not {layout}")
         self.shape = tuple(int(s) for s in shape)
         self.groups = list(groups)
         self.planes = {}
@@ -356,11 +369,11 @@ class DeviceTensor:
             self.numel *= s
         self.escapes = sum(g.escapes for g in self.groups)
         # decode_rows works on it, and linear() may take the prompt path
-        self._tileable = (layout == "fixed12" and len(self.shape) == 2 and len(self.groups) == 1
+        self._matrix = (layout == "fixed12" and len(self.shape) == 2 and len(self.groups) == 1
                           and self.shape[0] > 0 and self.shape[1] > 0)
 
         c = GpuTensor()
-        c.layout = LAYOUT_FIXED12 if layout == "fixed12" else LAYOUT_SMALLEST
+        c.layout = LAYOUT_SMALLEST if layout == "smallest" else LAYOUT_FIXED12_TILED if self.tiled else LAYOUT_FIXED12
         c.dtype = DTYPE_BF16
         c.ndim = len(self.shape)
         for i, s in enumerate(self.shape):
@@ -375,7 +388,10 @@ class DeviceTensor:
         self._c = c
         self._bounds = {}  # workspace_bound per row count
         self.esc_rows = None
-        if len(self.groups) == 1 and len(self.shape) >= 2 and self.escapes:
+        if esc_rows is not None:
+            self.esc_rows = esc_rows
+            c.esc_rows = esc_rows.data_ptr()
+        elif len(self.groups) == 1 and len(self.shape) >= 2 and self.escapes:
             lib = _gpu()
             n = c_size_t()
             _lib.check(lib.glyd_gpu_escape_index_bytes(ctypes.byref(c), ctypes.byref(n)))
@@ -388,6 +404,26 @@ class DeviceTensor:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() for t in self.planes.values()) + (self.esc_rows.numel() if self.esc_rows is not None else 0)
+
+    def tile(self, tiled: bool = True) -> "DeviceTensor":
+        """This tensor with its sm and code planes in the tiled arrangement
+        (tiled=True: 16-row x 64-column tiles, which the fused linears read in
+        longer runs; docs/FORMAT.md, "Planes on the GPU") or row-major (False):
+        a new DeviceTensor over new sm and code planes (the other planes
+        shared), or self when it is so already. Bit-exact: it decodes and
+        multiplies as before. UnsupportedError where the arrangement does not
+        exist: not a fixed12 matrix of one group with rows % 16 == 0 and K % 64
+        == 0."""
+        if bool(tiled) == self.tiled:
+            return self
+        planes = dict(self.planes)
+        planes["sm"] = torch.empty_like(self.planes["sm"])
+        planes["code"] = torch.empty_like(self.planes["code"])
+        with torch.cuda.device(self.device):
+            _lib.check(_gpu().glyd_gpu_tile(self.device.index, _stream(self.device), ctypes.byref(self._c),
+                                            planes["sm"].data_ptr() or None, planes["code"].data_ptr() or None))
+        return DeviceTensor(None, self.device, layout=self.layout, shape=self.shape, groups=self.groups,
+                            planes=planes, tiled=tiled, esc_rows=self.esc_rows)
 
     def decode(self, out: torch.Tensor | None = None, group: int = -1) -> torch.Tensor:
         """The bf16 tensor (or group `group` of it), bit-identical to glyd.unpack."""
@@ -449,7 +485,7 @@ class DeviceTensor:
         """True if linear() of `rows` rows takes the prompt path (decode tiles +
         cuBLAS): rows >= prompt_rows() > 0, a fixed12 2-D single-group weight, no
         forced kernel (force_kernel)."""
-        return 0 < prompt_rows(self.device) <= rows and self._tileable and not _FORCED[0]
+        return 0 < prompt_rows(self.device) <= rows and self._matrix and not _FORCED[0]
 
     def tile_rows(self) -> int:
         """Weight rows per tile of the prompt path (at most N)."""
@@ -555,7 +591,9 @@ class DeviceTensor:
         return linear_kernel(self, rows)
 
     def __repr__(self):
-        return f"DeviceTensor(layout={self.layout!r}, shape={self.shape}, groups={len(self.groups)}, device={self.device})"
+        tiled = ", tiled" if self.tiled else ""
+        return (f"DeviceTensor(layout={self.layout!r}{tiled}, shape={self.shape}, groups={len(self.groups)}, "
+                f"device={self.device})")
 
 
 class MultiLinear:
@@ -571,7 +609,7 @@ class MultiLinear:
             raise InvalidArgumentError(1, "MultiLinear needs at least one weight")
         w0 = weights[0]
         for i, w in enumerate(weights):
-            if not isinstance(w, DeviceTensor) or not w._tileable:
+            if not isinstance(w, DeviceTensor) or not w._matrix:
                 raise InvalidArgumentError(1, f"weight {i} must be a fixed12 2-D single-group DeviceTensor, got {w!r}")
             if w.device != w0.device or w.shape[1] != w0.shape[1]:
                 raise InvalidArgumentError(1, f"weight {i} is {w.shape} on {w.device}; weight 0 is {w0.shape} on "

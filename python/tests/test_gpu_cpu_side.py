@@ -514,7 +514,7 @@ def test_linear_tiles_cpu(monkeypatch, n, tile_mb, tiles, bias):
     monkeypatch.setattr(_gpu, "_stream", lambda device: 0)
     dt = object.__new__(_gpu.DeviceTensor)
     dt.device, dt.layout, dt.shape, dt.groups, dt._c = torch.device("cpu"), "fixed12", (n, k), [None], _gpu.GpuTensor()
-    dt._tileable = True
+    dt._matrix = True
     rows0, mb0 = _gpu.PROMPT_ROWS, _gpu.PROMPT_TILE_MB
     try:
         _gpu.set_prompt_rows(256)
@@ -585,10 +585,82 @@ def test_siblings_grouped_at_prepare_and_copied_without_device_state():
     assert all("_glyd_siblings" not in mod.__dict__ for mod in (c.q_proj, c.k_proj, c.v_proj))
 
 
-def test_offloaded_planes_keep_their_stored_arrangement():
+class _FakeHolder:
+    """What gpu_linear's tiling policy reads of a PackedWeight on a GPU."""
+
+    def __init__(self, fail=None):
+        self.device = torch.device("cuda", 0)
+        self.relaid, self.calls, self.fail = False, [], fail
+        self.attr, self.shape = "weight", (64, 128)
+
+    def relay(self, relaid):
+        self.calls.append(relaid)
+        if self.fail is not None and relaid:
+            raise self.fail
+        self.relaid = relaid
+
+
+@pytest.fixture
+def tiling(monkeypatch):
+    """gpu_linear._fused_state with the device state stubbed out, outside any capture."""
+    from glyd import _gpu
+
+    monkeypatch.setattr(gpu_linear, "_state", lambda h: "state")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(_gpu, "TILED", True)
+    return monkeypatch
+
+
+def test_fused_weights_are_tiled_once(tiling):
+    h = _FakeHolder()
+    assert gpu_linear._fused_state(h) == "state" and gpu_linear._fused_state(h) == "state"
+    assert h.calls == [True] and h.relaid
+    # an embedding's table (a tied lm_head) goes back to row-major and stays so
+    gpu_linear.embedding_table(h)
+    assert h.calls == [True, False] and not h.relaid
+    t = _FakeHolder()
+    gpu_linear.embedding_table(t)
+    gpu_linear._fused_state(t)
+    assert t.calls == []
+
+
+def test_tiling_off_in_a_capture_and_with_glyd_tiled_0(tiling):
+    from glyd import _gpu
+
+    h = _FakeHolder()
+    tiling.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    gpu_linear._fused_state(h)
+    assert h.calls == [] and "_glyd_relay_checked" not in h.__dict__  # tiled at the next eager call
+    tiling.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    tiling.setattr(_gpu, "TILED", False)
+    gpu_linear._fused_state(h)
+    assert h.calls == []
+
+
+def test_out_of_memory_while_tiling_keeps_row_major(tiling, caplog):
+    h = _FakeHolder(fail=torch.cuda.OutOfMemoryError("CUDA out of memory"))
+    with caplog.at_level("WARNING"):
+        assert gpu_linear._fused_state(h) == "state"
+    assert h.calls == [True] and not h.relaid
+    assert "out of GPU memory tiling" in caplog.text
+
+
+def test_glyd_tiled_environment():
+    import os
+    import subprocess
+    import sys
+
+    code = "import glyd._gpu as g; print(g.TILED)"
+    for value, want in (("0", "False"), ("false", "False"), ("1", "True"), ("", "True")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, "GLYD_TILED": value})
+        assert out.stdout.strip() == want, value
+
+
+def test_offloaded_planes_keep_their_stored_arrangement(tiling):
     """An accelerate offload hook (CPU or disk) copies the stored planes in at
-    every call: modules.keep_stored marks those holders at load, and the
-    experts' re-lay does not touch them."""
+    every call: modules.keep_stored marks those holders at load, and neither
+    the tiling nor the experts' re-lay touches them."""
     from types import SimpleNamespace
 
     lin, _ = packed_linear()
@@ -599,4 +671,9 @@ def test_offloaded_planes_keep_their_stored_arrangement():
     M.keep_stored(root)
     assert lin.packed_weight.__dict__.get("_glyd_keep_stored") is True
     assert "_glyd_keep_stored" not in other.packed_weight.__dict__
+    h = _FakeHolder()
+    h.__dict__["_glyd_keep_stored"] = True
+    gpu_linear._fused_state(h)
+    assert h.calls == []
+    assert gpu_experts.relay_wanted(SimpleNamespace(exact=False), h) is False
     assert gpu_experts.relay_wanted(SimpleNamespace(exact=False), lin.packed_weight) is False

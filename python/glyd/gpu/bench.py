@@ -80,8 +80,24 @@ def _time_graph(fn, reps=20, warmup=3):
     return statistics.median(times)
 
 
+def as_loaded(dt):
+    """dt with its planes arranged as a loaded model's fused weights are: tiled
+    (glyd._gpu.DeviceTensor.tile), unless GLYD_TILED=0 or dt has no tiled
+    arrangement (not fixed12, rows % 16, K % 64)."""
+    from .. import _gpu
+    from ..errors import UnsupportedError
+
+    if not _gpu.TILED or dt.layout != "fixed12":
+        return dt
+    try:
+        return dt.tile()
+    except UnsupportedError:
+        return dt
+
+
 def build(model, layers, distinct, layout="fixed12", shapes=None):
-    """Per shape: `layers` bf16 weights and DeviceTensors, each in its own memory.
+    """Per shape: `layers` bf16 weights and DeviceTensors, each in its own memory,
+    their planes tiled as a loaded model's are (glyd._gpu.TILED, GLYD_TILED).
     shapes: [(N, K), ...] instead of the model's (its layer count stays the default)."""
     import torch
 
@@ -104,7 +120,7 @@ def build(model, layers, distinct, layout="fixed12", shapes=None):
         for li in range(layers):
             p = bases[li % distinct]
             planes = {name: t.clone() for name, t in gpu_planes[li % distinct].items()}
-            dt = _gpu.DeviceTensor(None, dev, layout=p.layout, shape=p.shape, groups=p.groups, planes=planes)
+            dt = as_loaded(_gpu.DeviceTensor(None, dev, layout=p.layout, shape=p.shape, groups=p.groups, planes=planes))
             dts.append(dt)
             ws.append(dt.decode())
         bits = 8 * sum(pp.packed_bytes for pp in bases) / sum(pp.numel for pp in bases)
@@ -221,14 +237,15 @@ def environment(argv) -> dict:
     v = info["driver_version"]
     return dict(gpu=f"{info['name']} ({info['multiprocessors']} SMs, {info['total_mem'] / 2**30:.0f} GiB)",
                 driver=f"{driver_release()} (CUDA {v // 1000}.{v % 1000 // 10})", cuda=torch.version.cuda,
-                torch=torch.__version__, transformers=tv,
+                torch=torch.__version__, transformers=tv, planes="tiled" if _gpu.TILED else "row-major",
                 date=f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC", host=platform.node(),
                 command="python -m glyd.gpu bench " + " ".join(argv))
 
 
 def header(env: dict) -> str:
     return (f"_{env['gpu']}, driver {env['driver']}, torch {env['torch']} (CUDA {env['cuda']}), transformers "
-            f"{env['transformers']}, {env['date']}, {env['host']}; `{env['command']}`_")
+            f"{env['transformers']}, planes {env.get('planes', 'row-major')} (GLYD_TILED), {env['date']}, "
+            f"{env['host']}; `{env['command']}`_")
 
 
 class Report:

@@ -41,6 +41,8 @@ def _gather(holder, ids: torch.Tensor) -> torch.Tensor:
 def embedding_forward(module, ids: torch.Tensor) -> torch.Tensor:
     """GPU_HOOKS["embedding"]: forward of a GlydEmbedding whose ids are on a CUDA device."""
     holder = gpu_linear.weight_holder(module)
+    if "_glyd_keep_stored" not in holder.__dict__:
+        gpu_linear.embedding_table(holder)
     if (gather_supported(module, holder) and ids.device == holder.device
             and ids.dtype in (torch.int64, torch.int32)):
         return _gather(holder, ids)

@@ -65,11 +65,12 @@ stream, allocates only its output (and a workspace for split-K's partial
 sums and the prompt tiles' copy of x; for the prompt path, one weight tile;
 for exact, the decoded weight) from torch's
 caching allocator, and never synchronizes
-with the host. A weight's device state (the escape index the fused kernel
-reads) is built once, outside any capture: at load (``prepare``, run by the
-``attach`` hook of a loaded model) or at the first eager call; a call inside a
-capture that would have to build it raises instead (warm up first, as CUDA
-graph capture requires anyway).
+with the host. A weight's device state (its planes tiled for the fused
+kernels, gpu_relayout, and the escape index they read) is built once, outside
+any capture: at load (``prepare``, run by the ``attach`` hook of a loaded
+model) or at the first eager call; a call inside a capture that would have to
+build it raises instead (warm up first, as CUDA graph capture requires
+anyway).
 
 Bad input raises glyd.InvalidArgumentError naming the argument: ``input`` on
 another device than the weight, of another dtype than the weight's compute
@@ -81,6 +82,7 @@ copied (like nn.Linear, which accepts any strides); an input that is not
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import List, Optional
 
@@ -89,6 +91,8 @@ from torch.nn import functional as F
 
 from ..errors import InvalidArgumentError
 from . import modules as _m
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["linear_forward", "decode_weight", "prepare", "register", "device_tensor", "fused_supported"]
 
@@ -167,7 +171,7 @@ def _state(holder) -> _State:
             f"graph capture; its device state (escape index) must be built outside the capture: run one "
             f"forward pass first (warm-up) or call glyd.transformers.gpu_linear.prepare(model)")
     dt = _gpu.DeviceTensor(layout=holder.layout, shape=holder.shape, groups=holder.groups, planes=holder.planes(),
-                           device=dev)
+                           device=dev, tiled=holder.tiled)
     st = _State(key, dt)
     holder.__dict__["_glyd_state"] = st
     return st
@@ -176,6 +180,36 @@ def _state(holder) -> _State:
 def device_tensor(holder):
     """The glyd._gpu.DeviceTensor over a PackedWeight's planes (cached while the planes stay put)."""
     return _state(holder).dt
+
+
+def _fused_state(holder) -> _State:
+    """_state for the fused kernels: the planes tiled first, the first time
+    the weight runs on its GPU (gpu_relayout) — never later, since a CUDA graph
+    captured since holds the planes' addresses. Not planes that must keep
+    their stored arrangement (modules.keep_stored: a table an embedding reads
+    too, a tied lm_head's; planes an offload hook swaps in), nor with
+    glyd._gpu.TILED off (GLYD_TILED=0). Out of GPU memory for the new planes:
+    a warning, and the planes stay row-major."""
+    if ("_glyd_relay_checked" not in holder.__dict__ and holder.device.type == "cuda"
+            and not torch.cuda.is_current_stream_capturing()):
+        from .. import _gpu
+
+        holder.__dict__["_glyd_relay_checked"] = True
+        if _gpu.TILED and not holder.relaid and not holder.__dict__.get("_glyd_keep_stored"):
+            try:
+                holder.relay(True)  # stays row-major where the shape has no tiled arrangement
+            except torch.cuda.OutOfMemoryError:
+                logger.warning("glyd: out of GPU memory tiling the planes of %s %s; the fused kernels read "
+                               "them row-major", holder.attr, holder.shape)
+    return _state(holder)
+
+
+def embedding_table(holder) -> None:
+    """The holder is an embedding's table (perhaps a tied lm_head's weight
+    too): its planes stay row-major, which the gather kernel reads."""
+    holder.__dict__["_glyd_keep_stored"] = True
+    if holder.relaid:
+        holder.relay(False)
 
 
 def decode_weight(holder, groups=None) -> torch.Tensor:
@@ -196,13 +230,16 @@ def prepare(model, siblings: bool = True) -> int:
     them instead: every linear runs alone. Returns how many states were
     built."""
     n = 0
-    for _, m in _m.iter_packed_modules(model):
-        if not isinstance(m, (_m.GlydLinear, _m.GlydEmbedding)):
-            continue
+    mods = [m for _, m in _m.iter_packed_modules(model) if isinstance(m, (_m.GlydLinear, _m.GlydEmbedding))]
+    for m in mods:  # tables first: a tied lm_head shares one
+        if isinstance(m, _m.GlydEmbedding):
+            embedding_table(weight_holder(m))
+    for m in mods:
         h = weight_holder(m)
         _handle(h)  # torch.compile reads it
         if h.device.type == "cuda" and _decodable(h):
-            _state(h)
+            fused = isinstance(m, _m.GlydLinear) and not m.exact and fused_supported(h)
+            (_fused_state if fused else _state)(h)
             n += 1
     if not siblings:
         for m in model.modules():
@@ -270,7 +307,7 @@ class _Siblings:
         if x.dtype != torch.bfloat16 or any(h.device != x.device for h in holders):
             return None
         rows = x.numel() // holders[0].shape[1]
-        states = tuple(_state(h) for h in holders)
+        states = tuple(_fused_state(h) for h in holders)
         if rows and states[0].dt.prompt_path(rows):
             return None  # prompts: each linear alone (decode tiles + cuBLAS)
         if self._multi is None or self._multi[0] != states:
@@ -321,7 +358,7 @@ def _check(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
 def _fused(holder, x: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     if bias is not None and not bias.is_contiguous():
         bias = bias.contiguous()
-    return _state(holder).dt.linear(x, bias, checked=True)  # _check made the arguments
+    return _fused_state(holder).dt.linear(x, bias, checked=True)  # _check made the arguments
 
 
 def decoded_weight(holder, device: torch.device) -> torch.Tensor:

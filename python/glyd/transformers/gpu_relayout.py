@@ -1,4 +1,19 @@
-"""Transposed experts re-laid on the GPU for the tensor-core kernels.
+"""Packed planes re-laid on the GPU in the arrangement the kernels read best.
+
+Two arrangements, both exact (a permutation of each group's elements, the
+holder's groups and plane sizes unchanged), both undone whenever the planes
+leave the GPU (``PackedWeight.relaid``: ``packed()`` for saving and
+``verify``, ``state_dict``, pickling and copies, ``.to()``):
+
+* the weight of a fused linear (a fixed12 matrix of one group, rows % 16 ==
+  0, K % 64 == 0): its sm and code planes in 16-row x 64-column tiles
+  (``glyd._gpu.DeviceTensor.tile``; docs/FORMAT.md, "Planes on the GPU"), so
+  that the 16 rows a warp multiplies are one run of memory per k-block instead
+  of 16. Set by gpu_linear the first time the weight runs on a GPU;
+  ``GLYD_TILED=0`` keeps the planes row-major.
+* experts stored transposed, below.
+
+Transposed experts.
 
 Llama 4, gpt-oss and Aria keep their experts transposed, ``[E, in, out]``
 (y = x @ W[e]). Glyd's grouped tensor-core kernels read the linear layout
@@ -30,22 +45,47 @@ CHUNK_BYTES = 256 << 20
 
 
 def relayable(holder) -> bool:
-    """True if relayout() can run on the holder: fixed12 bf16 planes on a GPU,
-    a 3-D [E, a, b] tensor with one group per expert."""
+    """True if relayout() can run on the holder's experts: fixed12 bf16 planes
+    on a GPU, a 3-D [E, a, b] tensor with one group per expert."""
     s = holder.shape
     return (holder.device.type == "cuda" and holder.layout == "fixed12" and holder.dtype == torch.bfloat16
             and len(s) == 3 and holder.num_groups == s[0] and s[0] > 0)
 
 
-def relayout(holder, relaid: bool) -> dict:
-    """The holder's planes with every group transposed (new device tensors, the
-    holder untouched): in the kernels' orientation for relaid=True (the holder
-    must hold the checkpoint's), the checkpoint's for relaid=False (the holder
-    must be relaid). Synchronizes the current stream once per chunk."""
+def relayout(holder, relaid: bool):
+    """The holder's planes in the kernels' arrangement (relaid=True; the holder
+    must hold the stored one) or the stored one (relaid=False; the holder must
+    be relaid), as new device tensors, the holder untouched: a matrix's planes
+    tiled (None if its shape has no tiled arrangement), experts' groups
+    transposed (synchronizes the current stream once per chunk)."""
     # normal tensors even when the first forward runs under torch.inference_mode():
     # they become parameters that load_state_dict may later write into
+    if bool(relaid) == bool(holder.relaid):
+        raise InvalidArgumentError(2, f"the packed tensor {holder.attr!r} is already in "
+                                      f"{'the kernels' if relaid else 'its stored'} arrangement")
     with torch.inference_mode(False), torch.no_grad():
+        if len(holder.shape) == 2:
+            return _tile(holder, relaid)
         return _relayout(holder, relaid)
+
+
+def _tile(holder, tiled: bool):
+    from ..errors import UnsupportedError
+
+    if holder.device.type != "cuda" or holder.layout != "fixed12" or holder.dtype != torch.bfloat16:
+        raise InvalidArgumentError(1, f"the packed tensor {holder.attr!r} {holder.shape} ({holder.layout}, "
+                                      f"{holder.dtype}, on {holder.device}) cannot be tiled: that needs a fixed12 "
+                                      f"bf16 matrix on a GPU")
+    from .gpu_linear import device_tensor  # the holder's own (its escape index too)
+
+    held = holder.planes()
+    try:
+        dst = device_tensor(holder).tile(tiled)
+    except UnsupportedError:
+        if tiled:
+            return None  # rows % 16 or K % 64: stays row-major
+        raise
+    return {**held, "sm": dst.planes["sm"], "code": dst.planes["code"]}
 
 
 def _relayout(holder, relaid: bool) -> dict:
@@ -53,9 +93,6 @@ def _relayout(holder, relaid: bool) -> dict:
         raise InvalidArgumentError(1, f"the packed tensor {holder.attr!r} {holder.shape} ({holder.layout}, "
                                       f"{holder.dtype}, on {holder.device}) cannot be re-laid: that needs "
                                       f"fixed12 bf16 experts [E, a, b] on a GPU")
-    if bool(relaid) == bool(holder.relaid):
-        raise InvalidArgumentError(2, f"the packed tensor {holder.attr!r} is already "
-                                      f"{'relaid' if relaid else 'in its stored orientation'}")
     src_shape = holder.device_shape
     E, a, b = src_shape
     held = holder.planes()

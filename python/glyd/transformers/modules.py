@@ -84,12 +84,14 @@ class PackedWeight(nn.Module):
     """Holds one packed tensor: its byte planes as uint8 parameters
     (``glyd_sm``, ``glyd_code``, ...) plus what the descriptor says of it.
 
-    ``relaid``: on a GPU, the planes of experts stored transposed may hold every
-    group transposed (``device_shape``), the orientation the tensor-core
-    kernels read (gpu_relayout, set at load by prepare_experts). Everything that
-    takes the planes elsewhere sees the stored orientation: ``packed()``,
-    ``state_dict()``, pickling and copies, ``.to()`` another device, and the
-    decoded weight."""
+    ``relaid``: on a GPU, the planes may hold the arrangement the kernels read
+    best instead of the stored one (gpu_relayout): experts stored transposed
+    every group transposed (``device_shape``; set by prepare_experts), the
+    weight of a fused linear its sm and code planes in 16-row x 64-column
+    tiles (``tiled``; set by gpu_linear the first time it runs on a GPU).
+    Everything that takes the planes elsewhere sees the stored arrangement:
+    ``packed()``, ``state_dict()``, pickling and copies, ``.to()`` another
+    device, and the decoded weight."""
 
     relaid = False  # a class default: holders pickled before it existed
 
@@ -127,6 +129,7 @@ class PackedWeight(nn.Module):
                 if params.get("glyd_" + k) is not None:
                     params["glyd_" + k] = nn.Parameter(v, requires_grad=False)
             state["relaid"] = False
+            state.pop("_glyd_relay_checked", None)  # the copy is re-laid again where it runs
         return state
 
     @classmethod
@@ -170,23 +173,33 @@ class PackedWeight(nn.Module):
     def _planes_key(self):
         return tuple((p.data_ptr(), p.numel(), p.device) for p in self._parameters.values()) + (self.relaid,)
 
-    # ---- orientation of transposed experts on a GPU (gpu_relayout) ----------------------
+    # ---- the planes' arrangement on a GPU (gpu_relayout) -------------------------------
+    @property
+    def tiled(self) -> bool:
+        """A relaid matrix: its sm and code planes in 16-row x 64-column tiles."""
+        return self.relaid and len(self.shape) == 2
+
     @property
     def device_shape(self) -> tuple:
-        """The shape the planes hold: shape, with the last two axes swapped while relaid."""
+        """The shape the planes hold: shape, with the last two axes swapped while
+        relaid experts."""
         s = self.shape
-        return (*s[:-2], s[-1], s[-2]) if self.relaid else s
+        return (*s[:-2], s[-1], s[-2]) if self.relaid and not self.tiled else s
 
     def relay(self, relaid: bool) -> None:
-        """Re-lay the planes in place on their GPU: relaid=True holds every group
-        transposed, False the stored orientation. Exact (a permutation of each
-        group's elements); the old planes are freed once the new ones exist."""
+        """Re-lay the planes in place on their GPU: relaid=True the kernels'
+        arrangement (experts: every group transposed; a matrix: tiled), False
+        the stored one. Exact (a permutation of each group's elements); the old
+        planes are freed once the new ones exist. A matrix whose shape has no
+        tiled arrangement stays as it is."""
         if bool(relaid) == self.relaid:
             return
         fn = GPU_HOOKS.get("relayout")
         if fn is None:
-            raise RuntimeError("glyd: re-laying packed experts needs the GPU code (glyd._gpu)")
+            raise RuntimeError("glyd: re-laying packed planes needs the GPU code (glyd._gpu)")
         planes = fn(self, bool(relaid))
+        if planes is None:
+            return
         for k, v in planes.items():
             if self._parameters.get("glyd_" + k) is not None:
                 self._parameters["glyd_" + k] = nn.Parameter(v, requires_grad=False)
@@ -209,6 +222,7 @@ class PackedWeight(nn.Module):
 
     def _load_from_state_dict(self, *args, **kwargs):
         self.relay(False)  # loaded planes are in the stored orientation
+        self.__dict__.pop("_glyd_relay_checked", None)  # re-laid again at the next use, if wanted
         return super()._load_from_state_dict(*args, **kwargs)
 
     def packed(self) -> PackedTensor:
@@ -254,7 +268,7 @@ class PackedWeight(nn.Module):
                 w = w.to(self.compute_dtype)
             return w
         hook = GPU_HOOKS.get("decode")
-        if self.relaid:  # decode_groups turns the groups back (its buffer is shared: copy it)
+        if self.relaid and not self.tiled:  # decode_groups turns the groups back (its buffer is shared: copy it)
             w = dg(self, None).clone()
         elif dev.type != "cpu" and hook is not None:
             w = hook(self, None)
@@ -560,7 +574,7 @@ def keep_stored(model: nn.Module) -> None:
     their planes keep the stored arrangement (``PackedWeight.relay`` would be
     undone by the hook's next copy, and the kernels would read stored planes
     as re-laid). A hook added after loading is not seen: re-lay nothing there
-    (``GLYD_MOE_RELAYOUT=0``)."""
+    (``GLYD_TILED=0``, ``GLYD_MOE_RELAYOUT=0``)."""
     for m in model.modules():
         hook = getattr(m, "_hf_hook", None)
         hooks = getattr(hook, "hooks", None) or ([hook] if hook is not None else [])
