@@ -248,6 +248,7 @@ func TestPickByWaves(t *testing.T) {
 	}
 	gateUp := []*DeviceTensor{fakeMatrix(24576, 4096)}
 	o := []*DeviceTensor{fakeMatrix(4096, 4096)}
+	qkv := []*DeviceTensor{fakeMatrix(6144, 4096)}
 	for _, c := range []struct {
 		sms, rows int
 		ws        []*DeviceTensor
@@ -260,6 +261,9 @@ func TestPickByWaves(t *testing.T) {
 		{114, 256, gateUp, cfgPrompt256},   // 256 in three waves of 114, against 192 in two
 		{132, 384, gateUp, cfgPrompt128g3}, // 384 in three waves either way: the tie goes to three warpgroups
 		{132, 512, gateUp, cfgPrompt256},   // beyond 384 tokens: pickConfig's choice
+		{132, 384, qkv, cfgPrompt128g3},    // 257-384 tokens: qkv on three warpgroups too
+		{132, 256, qkv, cfgPrompt256},      // not below
+		{132, 512, qkv, cfgPrompt256},      // nor above
 		{132, 64, gateUp, 15},              // not a three-warpgroup choice
 	} {
 		d := newDevice(c.sms)

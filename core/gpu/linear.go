@@ -215,7 +215,10 @@ var linConfigs = []linConfig{
 //     three-warpgroup 128-token tile to 384 tokens (session 25, 12 layers
 //     of the four linears: 192 / 256 / 384 tokens 3.248 / 3.522 / 5.077 ->
 //     3.170 / 3.333 / 4.951 ms; qkv, o and down faster on the 256-token
-//     tile).
+//     tile), and on weights of 96-263 tiles (qkv) at 257-384 tokens (session
+//     27, tiled planes: 12 layers of qkv alone at 384 tokens 0.800 -> 0.734
+//     ms, table 1 at 384 tokens 4.84 / 4.76 -> 4.71 / 4.69 ms; at 512 and
+//     768 qkv alone gained 7% too but table 1 lost 0-3%).
 //   - elsewhere, the session-3 sweep: m1n2w1k8u1 to 16 tokens, m2n4w1k8u1
 //     to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
 func pickConfig(rows, n int64, hopper bool) int {
@@ -245,7 +248,8 @@ func pickConfig(rows, n int64, hopper bool) int {
 		return 15 // t64s4u2 (prompt tile)
 	case hopper && rows <= 64:
 		return 12 // t64k1s4u4p4
-	case hopper && rows <= 128, hopper && rows <= 384 && tiles >= splitTarget:
+	case hopper && rows <= 128, hopper && rows <= 384 && tiles >= splitTarget,
+		hopper && rows > 256 && rows <= 384 && tiles >= 96:
 		return cfgPrompt128g3 // t128s4w4g3 (device.pick may run the two-warpgroup tile instead)
 	case hopper:
 		return cfgPrompt256 // t256s4u2
@@ -285,11 +289,12 @@ func promptAlternative(ci, rows int) int {
 // at least as well as the two-warpgroup tile it replaces. It was chosen on
 // 132-SM parts, where gate_up's 24,576 rows make one wave of its 128 tiles;
 // on a 114-SM H100 PCIe the same tiles take two waves, where the 192 tiles
-// of the two-warpgroup tile take one of 228 slots.
+// of the two-warpgroup tile take one of 228 slots. A forced configuration
+// (sweeps) runs as forced.
 func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
 	ci := pickConfig(int64(rows), sumRows(ws), d.hopper())
 	alt := promptAlternative(ci, rows)
-	if alt < 0 || d.waveFill(ci, rows, ws, k) >= d.waveFill(alt, rows, ws, k) {
+	if alt < 0 || forced.Load() > 0 || d.waveFill(ci, rows, ws, k) >= d.waveFill(alt, rows, ws, k) {
 		return ci
 	}
 	return alt

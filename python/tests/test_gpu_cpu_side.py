@@ -657,6 +657,33 @@ def test_glyd_tiled_environment():
         assert out.stdout.strip() == want, value
 
 
+def test_planes_an_offload_hook_swaps_in_are_taken_as_stored(monkeypatch):
+    """A holder re-laid before an accelerate offload hook was added (by hand,
+    after loading): the hook puts the state dict's stored planes in at every
+    call, and the holder reads them as stored, not as re-laid. The re-lay is a
+    stand-in here (the planes reversed), the hook accelerate's own."""
+    accelerate = pytest.importorskip("accelerate")
+    lin, ref = packed_linear()
+    h = lin.packed_weight
+    monkeypatch.setitem(M.GPU_HOOKS, "relayout",
+                        lambda holder, relaid: {k: v.flip(0).clone() for k, v in holder.planes().items()})
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    want = ref(x)
+    h.relay(True)
+    assert h.relaid and not torch.equal(h.glyd_sm, h.stored_planes()["sm"])
+    assert torch.equal(lin(x), want)
+    accelerate.cpu_offload(lin, execution_device="cpu", preload_module_classes=[type(lin).__name__])
+    for _ in range(2):
+        assert torch.equal(lin(x), want)
+    assert not h.relaid and h.__dict__.get("_glyd_keep_stored") is True
+    # relay()'s own planes stay re-laid; assigning new storage ends it too
+    h2 = packed_linear(seed=2)[0].packed_weight
+    h2.relay(True)
+    assert h2.relaid
+    h2.glyd_sm.data = h2.glyd_sm.data.clone()
+    assert not h2.relaid
+
+
 def test_offloaded_planes_keep_their_stored_arrangement(tiling):
     """An accelerate offload hook (CPU or disk) copies the stored planes in at
     every call: modules.keep_stored marks those holders at load, and neither

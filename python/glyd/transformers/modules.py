@@ -37,6 +37,7 @@ import copyreg
 import inspect
 import re
 import threading
+import weakref
 from typing import Optional
 
 import torch
@@ -91,9 +92,9 @@ class PackedWeight(nn.Module):
     tiles (``tiled``; set by gpu_linear the first time it runs on a GPU).
     Everything that takes the planes elsewhere sees the stored arrangement:
     ``packed()``, ``state_dict()``, pickling and copies, ``.to()`` another
-    device, and the decoded weight."""
-
-    relaid = False  # a class default: holders pickled before it existed
+    device, and the decoded weight. Planes put in place from outside (an
+    accelerate offload hook added after loading copies the stored planes in at
+    every call) end it: see ``relaid``."""
 
     def __init__(self, attr: str, layout: str, dtype: torch.dtype, shape, groups, checksum: int,
                  plane_lengths: dict, device="meta", scratch_key: str = ""):
@@ -128,8 +129,9 @@ class PackedWeight(nn.Module):
             for k, v in self.stored_planes().items():
                 if params.get("glyd_" + k) is not None:
                     params["glyd_" + k] = nn.Parameter(v, requires_grad=False)
-            state["relaid"] = False
             state.pop("_glyd_relay_checked", None)  # the copy is re-laid again where it runs
+        state.pop("_glyd_relaid_planes", None)
+        state.pop("relaid", None)  # holders pickled before it was a property
         return state
 
     @classmethod
@@ -175,6 +177,31 @@ class PackedWeight(nn.Module):
 
     # ---- the planes' arrangement on a GPU (gpu_relayout) -------------------------------
     @property
+    def relaid(self) -> bool:
+        """The planes hold the kernels' arrangement (relay). Only while they are
+        the very tensors relay() put in place: planes that something else put
+        there (an accelerate offload hook added after loading, which copies
+        the state dict's stored planes in at every call) hold the stored
+        arrangement, so the holder takes them as such and keeps it from then
+        on (``_glyd_keep_stored``), instead of reading them as re-laid."""
+        mine = self.__dict__.get("_glyd_relaid_planes")
+        if mine is None:
+            return False
+        params = [p for p in self._parameters.values() if p is not None]
+        if len(params) == len(mine) and all(r() is p and ptr == p.data_ptr() for (r, ptr), p in zip(mine, params)):
+            return True
+        del self.__dict__["_glyd_relaid_planes"]
+        self.__dict__["_glyd_keep_stored"] = True
+        self._decoded = None
+        return False
+
+    def _plane_identities(self) -> tuple:
+        # The parameter objects (weakly: a swapped-out plane must be freed) and
+        # their storage: accelerate replaces the parameters, `p.data = ...` the
+        # storage; either means the planes are no longer the re-laid ones.
+        return tuple((weakref.ref(p), p.data_ptr()) for p in self._parameters.values() if p is not None)
+
+    @property
     def tiled(self) -> bool:
         """A relaid matrix: its sm and code planes in 16-row x 64-column tiles."""
         return self.relaid and len(self.shape) == 2
@@ -203,7 +230,10 @@ class PackedWeight(nn.Module):
         for k, v in planes.items():
             if self._parameters.get("glyd_" + k) is not None:
                 self._parameters["glyd_" + k] = nn.Parameter(v, requires_grad=False)
-        self.relaid = bool(relaid)
+        if relaid:
+            self.__dict__["_glyd_relaid_planes"] = self._plane_identities()
+        else:
+            self.__dict__.pop("_glyd_relaid_planes", None)
         self._decoded = None
 
     def stored_planes(self) -> dict:
@@ -573,8 +603,8 @@ def keep_stored(model: nn.Module) -> None:
     hook (``device_map`` with "cpu" or "disk") puts in place at every call:
     their planes keep the stored arrangement (``PackedWeight.relay`` would be
     undone by the hook's next copy, and the kernels would read stored planes
-    as re-laid). A hook added after loading is not seen: re-lay nothing there
-    (``GLYD_TILED=0``, ``GLYD_MOE_RELAYOUT=0``)."""
+    as re-laid). A hook added after loading is caught at the first call it
+    swaps the planes (``PackedWeight.relaid``)."""
     for m in model.modules():
         hook = getattr(m, "_hf_hook", None)
         hooks = getattr(hook, "hooks", None) or ([hook] if hook is not None else [])

@@ -12,7 +12,8 @@
 * a GlydLinear's weight is tiled at its first use on the GPU (not with
   glyd._gpu.TILED off, not a table an embedding reads, not a K % 64 != 0
   weight), the model's logits are bit for bit those of the row-major model,
-  and the holder shows the stored planes wherever they go.
+  and the holder shows the stored planes wherever they go, an offload hook
+  added after tiling included.
 Skipped without a GPU.
 """
 
@@ -189,6 +190,24 @@ def test_module_weights_tiled_at_first_use(tmp_path, monkeypatch):
     assert not model.model.layers[0].self_attn.q_proj.packed_weight.relaid
     model.to(DEV)
     assert torch.equal(_logits(model), got)
+
+
+def test_offload_hook_added_after_tiling(tmp_path):
+    """accelerate.cpu_offload on a layer whose weights are already tiled: its
+    hook copies the stored planes in at every call, which the holders take as
+    stored (not as tiled): the same logits, bit for bit."""
+    accelerate = pytest.importorskip("accelerate")
+    model = _packed_model(tmp_path, "a")
+    got = _logits(model)
+    layer = model.model.layers[0]
+    holders = [m.packed_weight for _, m in iter_packed_modules(layer) if isinstance(m, GlydLinear)]
+    tiled = [h for h in holders if h.tiled]
+    assert tiled
+    accelerate.cpu_offload(layer, execution_device=DEV, preload_module_classes=[type(layer).__name__])
+    for _ in range(2):
+        assert torch.equal(_logits(model), got)
+    assert not any(h.relaid for h in holders)
+    assert all(h.__dict__.get("_glyd_keep_stored") for h in tiled)  # the hook's planes: kept as stored
 
 
 def test_a_tiled_holder_leaves_with_its_stored_planes():
