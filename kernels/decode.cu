@@ -347,16 +347,31 @@ __device__ __forceinline__ void decode_f12_bulk_span(const uint8_t *sm, const ui
 			if (blockIdx.x + (uint64_t)s * gridDim.x < nch) fetch(blockIdx.x + (uint64_t)s * gridDim.x, s);
 	}
 	__syncthreads(); // the barriers are initialized before anyone waits
+	// Tiled planes whose 16-row groups hold whole chunks (K % (8 * CH / 16)
+	// == 0): a chunk is TC tiles along k of one group, written out row by row
+	// (a warp stores 512 bytes of one row) instead of in the planes' order (a
+	// warp's stores in 4 rows): decode to HBM 3-5% faster (session 27).
+	constexpr uint32_t TC = CH / 128, RU = CH / 16; // tiles per chunk, units per row of a chunk
+	const bool rows = tiled && tiled % TC == 0;
 	for (uint64_t i = 0, c = blockIdx.x; c < nch; i++, c += gridDim.x) {
 		const int s = i % S;
 		const uint32_t st = s0 + s * 12 * CH;
+		const uint32_t t0 = (uint32_t)(c * TC), r16 = rows ? t0 / tiled : 0, kb0 = t0 - r16 * tiled;
 		mbar_wait(bar0 + 8 * s, (i / S) & 1);
 #pragma unroll
 		for (int j = 0; j < CH / 256; j++) {
-			const uint32_t u = j * 256 + tid;
+			const uint32_t q = j * 256 + tid;
+			uint32_t u = q; // the staged unit
+			uint64_t du = c * CH + q; // where it goes
+			if (rows) {
+				const uint32_t r = q / RU, kb = (q % RU) >> 3, w = q & 7;
+				u = kb * 128 + r * 8 + w;
+				du = ((uint64_t)(r16 * 16 + r) * tiled + kb0 + kb) * 8 + w;
+			} else if (tiled) {
+				du = tiled_unit(du, tiled);
+			}
 			const uint4 v = decode_staged<CH>(st, u, B4);
-			const uint64_t du = c * CH + u;
-			uint16_t *d = dst + (tiled ? tiled_unit(du, tiled) : du) * 8;
+			uint16_t *d = dst + du * 8;
 			if (KEEP) st_keep16(d, v); else st_stream16(d, v);
 		}
 		__syncthreads(); // every thread has read stage s

@@ -81,7 +81,9 @@ func TestTileEmulated(t *testing.T) {
 	needFakeCUDA(t)
 	rnd := lcg(23)
 	var mem fakeMemory
-	for _, sh := range [][2]int64{{16, 64}, {32, 128}, {48, 192}, {64, 256}} {
+	// (the bulk-copy decode from 8,192 elements: 64x256 in the planes' order,
+	// 16x512 and 32x1024 row by row, its chunks whole k-runs of a 16-row group)
+	for _, sh := range [][2]int64{{16, 64}, {32, 128}, {48, 192}, {64, 256}, {16, 512}, {32, 1024}} {
 		n, k := sh[0], sh[1]
 		x := escapeMatrix(t, rnd, n, k)
 		w, idx, keep := placeWithIndex(t, x, n, k, 0)
