@@ -187,19 +187,22 @@ class PackedWeight(nn.Module):
         mine = self.__dict__.get("_glyd_relaid_planes")
         if mine is None:
             return False
-        params = [p for p in self._parameters.values() if p is not None]
-        if len(params) == len(mine) and all(r() is p and ptr == p.data_ptr() for (r, ptr), p in zip(mine, params)):
+        sm = self._parameters["glyd_sm"]
+        if mine[0]() is sm and mine[1] == sm.data_ptr():
             return True
         del self.__dict__["_glyd_relaid_planes"]
         self.__dict__["_glyd_keep_stored"] = True
         self._decoded = None
         return False
 
-    def _plane_identities(self) -> tuple:
-        # The parameter objects (weakly: a swapped-out plane must be freed) and
-        # their storage: accelerate replaces the parameters, `p.data = ...` the
-        # storage; either means the planes are no longer the re-laid ones.
-        return tuple((weakref.ref(p), p.data_ptr()) for p in self._parameters.values() if p is not None)
+    def _plane_identity(self) -> tuple:
+        # The sm plane's parameter object (weakly: a swapped-out plane must be
+        # freed) and storage: accelerate replaces every plane's parameter,
+        # `p.data = ...` the storage; either means the planes are no longer
+        # the re-laid ones. One plane is checked: the property runs at every
+        # call of the module (0.3 us on the dev CPU, against 1.2 for all five).
+        sm = self._parameters["glyd_sm"]
+        return weakref.ref(sm), sm.data_ptr()
 
     @property
     def tiled(self) -> bool:
@@ -231,7 +234,7 @@ class PackedWeight(nn.Module):
             if self._parameters.get("glyd_" + k) is not None:
                 self._parameters["glyd_" + k] = nn.Parameter(v, requires_grad=False)
         if relaid:
-            self.__dict__["_glyd_relaid_planes"] = self._plane_identities()
+            self.__dict__["_glyd_relaid_planes"] = self._plane_identity()
         else:
             self.__dict__.pop("_glyd_relaid_planes", None)
         self._decoded = None
