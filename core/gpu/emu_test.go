@@ -44,6 +44,27 @@ func (m *fakeMemory) alloc(n int) []byte {
 	return b[o : o+n]
 }
 
+// activations places rows x k random bf16 activations (multiples of scale /
+// 500 in [-2, 2] scale), returning their bytes and their values.
+func (m *fakeMemory) activations(rnd func() uint32, rows, k int, scale float32) ([]byte, []float32) {
+	x := m.alloc(2 * rows * k)
+	xs := make([]float32, rows*k)
+	for j := range xs {
+		h := bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 500 * scale)
+		binary.LittleEndian.PutUint16(x[2*j:], h)
+		xs[j] = bf16.ToFloat32(h)
+	}
+	return x, xs
+}
+
+// workspace places need bytes of workspace (0: none).
+func (m *fakeMemory) workspace(need uint64) uintptr {
+	if need == 0 {
+		return 0
+	}
+	return addr(m.alloc(int(need)))
+}
+
 // tensor places the planes of a packed tensor of the given shape.
 func (m *fakeMemory) tensor(pk *codec.Tensor, shape []int64) *DeviceTensor {
 	d := &DeviceTensor{Layout: codec.Fixed12, DType: codec.BF16, Shape: shape, Groups: pk.Groups}
@@ -794,21 +815,12 @@ func TestEveryConfigEmulated(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, rows := range []int{1, 5, 65} {
-					x := mem.alloc(2 * rows * int(k))
-					xs := make([]float32, rows*int(k))
-					for j := range xs {
-						h := bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 500 * scale)
-						binary.LittleEndian.PutUint16(x[2*j:], h)
-						xs[j] = bf16.ToFloat32(h)
-					}
+					x, xs := mem.activations(rnd, rows, int(k), scale)
 					need, err := LinearWorkspaceBound(d, rows)
 					if err != nil {
 						t.Fatal(err)
 					}
-					var wsp uintptr
-					if need > 0 {
-						wsp = addr(mem.alloc(int(need)))
-					}
+					wsp := mem.workspace(need)
 					y := mem.alloc(2 * rows * int(n))
 					if err := Linear(0, 0, addr(x), rows, d, 0, addr(y), wsp, need); err != nil {
 						t.Fatalf("%s: %v", name, err)

@@ -256,22 +256,13 @@ func tilesEmulated(t *testing.T, configPrefix string, tokens []int, shapes [][2]
 				t.Fatal(err)
 			}
 			for _, rows := range tokens {
-				x := mem.alloc(2 * rows * int(k))
-				xs := make([]float32, rows*int(k))
-				for j := range xs {
-					h := bf16.FromFloat32(float32(int32(rnd()%2001)-1000) / 500)
-					binary.LittleEndian.PutUint16(x[2*j:], h)
-					xs[j] = bf16.ToFloat32(h)
-				}
+				x, xs := mem.activations(rnd, rows, int(k), 1)
 				run := func(ws []*DeviceTensor) []byte {
 					need, err := LinearManyWorkspaceBound(ws, rows)
 					if err != nil {
 						t.Fatal(err)
 					}
-					var wsp uintptr
-					if need > 0 {
-						wsp = addr(mem.alloc(int(need)))
-					}
+					wsp := mem.workspace(need)
 					y := mem.alloc(2 * rows * int(sumRows(ws)))
 					if err := LinearMany(0, 0, addr(x), rows, ws, nil, addr(y), wsp, need); err != nil {
 						t.Fatalf("%s %dx%d rows %d: %v", name, n, k, rows, err)
