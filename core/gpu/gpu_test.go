@@ -168,17 +168,24 @@ func TestLinearManyArgs(t *testing.T) {
 		}
 		var want uint64
 		for _, hopper := range []bool{false, true} {
-			c := linConfigs[pickConfig(int64(rows), 6144, hopper)]
-			tiles := c.tilesOf(4096) + 2*c.tilesOf(1024)
-			var need uint64
-			if s := c.splits(tiles, 4096, int64(rows), wgmmaSlotsMax); s > 1 {
-				need = uint64(s) * uint64(rows) * 6144 * 4
+			ci := pickConfig(int64(rows), 6144, hopper)
+			cands := []int{ci}
+			if alt := alternative(ci, rows); hopper && alt >= 0 { // device.pick may run it
+				cands = append(cands, alt)
 			}
-			if c.Kind == linPrompt { // then x as the stage images, 256-byte aligned
-				tb := uint64(c.tokens())
-				need = (need+255)&^255 + (uint64(rows)+tb-1)/tb*tb*4096*2
+			for _, cj := range cands {
+				c := linConfigs[cj]
+				tiles := c.tilesOf(4096) + 2*c.tilesOf(1024)
+				var need uint64
+				if s := c.splits(tiles, 4096, int64(rows), wgmmaSlotsMax); s > 1 {
+					need = uint64(s) * uint64(rows) * 6144 * 4
+				}
+				if c.Kind == linPrompt { // then x as the stage images, 256-byte aligned
+					tb := uint64(c.tokens())
+					need = (need+255)&^255 + (uint64(rows)+tb-1)/tb*tb*4096*2
+				}
+				want = max(want, need)
 			}
-			want = max(want, need)
 		}
 		if many != want {
 			t.Fatalf("rows %d: bound %d, want %d", rows, many, want)
@@ -238,17 +245,27 @@ func TestInClusters(t *testing.T) {
 // gate_up's 24,576 rows are one wave of its 128 tiles, on 114 SMs two.
 // The workspace bound covers whichever of the two a device runs.
 func TestPickByWaves(t *testing.T) {
+	// Blocks per SM as on the H200 (registers and threads per block decide)
+	occ := map[int]int{cfgRows16k8: 4, cfgRows16k16: 2, cfgRows16t16: 3, cfgWide16u2: 4, cfgWide16: 3,
+		cfgSplit16: 2, cfgWide32u2: 4, cfgWide32: 3, cfgPrompt128: 2, cfgPrompt256: 1, cfgPrompt128g3: 1}
 	newDevice := func(sms int) *device {
 		d := &device{info: Info{Major: 9, Minor: 0, SMs: sms}, occ: make([][2]int, len(linConfigs)),
 			clusters: make([][2][9]int, len(linConfigs))}
-		d.occ[cfgPrompt128] = [2]int{2, 2}
-		d.occ[cfgPrompt256] = [2]int{1, 1}
-		d.occ[cfgPrompt128g3] = [2]int{1, 1}
+		for ci, n := range occ {
+			d.occ[ci] = [2]int{n, n}
+		}
 		return d
 	}
-	gateUp := []*DeviceTensor{fakeMatrix(24576, 4096)}
-	o := []*DeviceTensor{fakeMatrix(4096, 4096)}
-	qkv := []*DeviceTensor{fakeMatrix(6144, 4096)}
+	m := func(rows ...int64) []*DeviceTensor {
+		var ws []*DeviceTensor
+		for _, r := range rows {
+			ws = append(ws, fakeMatrix(r, 4096))
+		}
+		return ws
+	}
+	gateUp, o, qkv := m(24576), m(4096), m(6144)
+	// Qwen3-32B's shapes (K does not change the fill of these launches)
+	gateUp32, o32, qkv32 := m(25600, 25600), m(5120), m(8192, 1024, 1024)
 	for _, c := range []struct {
 		sms, rows int
 		ws        []*DeviceTensor
@@ -264,7 +281,24 @@ func TestPickByWaves(t *testing.T) {
 		{132, 384, qkv, cfgPrompt128g3},    // 257-384 tokens: qkv on three warpgroups too
 		{132, 256, qkv, cfgPrompt256},      // not below
 		{132, 512, qkv, cfgPrompt256},      // nor above
-		{132, 64, gateUp, 15},              // not a three-warpgroup choice
+		{132, 64, gateUp, 15},              // no alternative
+		{132, 128, gateUp32, cfgPrompt128}, // 268 tiles in 3 waves of 132 against 400 in 2 of 264
+		// 1-32 tokens (session 28): Qwen3-8B keeps the sweeps' picks, ties included
+		{132, 1, gateUp, cfgWide16},      // 384 of 396 slots, 1,536 16-row blocks in 3 waves of 528: a tie
+		{132, 1, gateUp32, cfgRows16k8},  // 800 tiles in 3 waves of 396 against 3,200 in 7 of 528
+		{132, 8, o, cfgRows16k16},        // 256 blocks of 264 against 64 tiles in 4 splits: a tie
+		{132, 8, qkv, cfgRows16k8},       // 384 of 528 against 96 tiles in 2 splits of 264: a tie
+		{132, 1, o32, cfgSplit16},        // 320 blocks of 528 against 80 tiles in 3 splits of 264
+		{132, 1, qkv32, cfgRows16k8},     // 640 in 2 waves of 528 against 160 tiles of 264: a tie
+		{132, 16, gateUp, cfgWide16},     // one wave of 396 against 384 of 528
+		{132, 16, gateUp32, cfgWide16u2}, // 3 waves of 396 against 2 of 528
+		{132, 16, qkv, cfgRows16t16},     // 384 of 396 against 96 tiles in 5 splits of 528
+		{132, 16, qkv32, cfgWide16u2},    // 640 in 2 waves of 396 against 160 tiles in 3 splits of 528
+		{132, 32, gateUp, cfgWide32},     // as at 16 tokens
+		{132, 32, gateUp32, cfgWide32u2},
+		{132, 32, qkv, cfgWide32},     // 96 tiles in 4 splits of 396 against 5 of 528
+		{132, 32, qkv32, cfgWide32u2}, // 160 in 2 splits of 396 against 3 of 528
+		{132, 64, o32, 15},            // pickConfig: the prompt tile from 80 tiles
 	} {
 		d := newDevice(c.sms)
 		if got := d.pick(c.rows, c.ws, 4096); got != c.want {
@@ -276,10 +310,15 @@ func TestPickByWaves(t *testing.T) {
 		}
 		for _, ci := range []int{pickConfig(int64(c.rows), sumRows(c.ws), true), c.want} {
 			cfg := linConfigs[ci]
-			s, _ := d.splitOf(ci, false, weightTiles(cfg, c.ws), 4096, c.rows)
+			s, _ := d.splitOf(ci, len(c.ws) > 1, weightTiles(cfg, c.ws), 4096, c.rows)
 			if need, _ := cfg.workspace(sumRows(c.ws), 4096, int64(c.rows), s); need > bound {
 				t.Errorf("%d rows, %s: workspace %d > bound %d", c.rows, cfg.name(), need, bound)
 			}
 		}
+	}
+	d := newDevice(132)
+	d.info.Major = 8 // no alternatives off sm_90
+	if got := d.pick(1, o32, 4096); got != cfgRows16k8 {
+		t.Errorf("sm_80: %s, want %s", linConfigs[got].name(), linConfigs[cfgRows16k8].name())
 	}
 }

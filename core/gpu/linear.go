@@ -197,9 +197,11 @@ var linConfigs = []linConfig{
 //     beyond, 4 k-blocks in flight at 2 blocks per SM (session 5, with the
 //     grouped epilogue: best on every Qwen3-8B shape at 64 tokens, gate_up
 //     0.772 ms against 0.803 for 3 in flight at 3 blocks per SM), but on
-//     weights of >= 96 tiles the 64-token prompt tile (session 11 at 48 and
-//     64 tokens: qkv 0.322 -> 0.309 ms, gate_up 0.760 -> 0.712; o and down,
-//     64 tiles, stay faster on the wgmma tile); from 65
+//     weights of >= 80 tiles the 64-token prompt tile (session 11 at 48 and
+//     64 tokens: qkv 0.322 -> 0.309 ms, gate_up 0.760 -> 0.712; o and down
+//     of Qwen3-8B, 64 tiles, stay faster on the wgmma tile, those of
+//     Qwen3-32B, 80 tiles, do not: session 28, 16 layers of o 0.499 ->
+//     0.466 ms, down 1.313 -> 1.150); from 65
 //     tokens the prompt tiles, 128 tokens per block to 128 tokens (two
 //     64-token tiles cost 1.4-1.6x as much at 96-128 tokens, session 11;
 //     its weights in a shared-memory ring of 4: table 1 at 128 tokens 6-9%
@@ -221,6 +223,9 @@ var linConfigs = []linConfig{
 //     768 qkv alone gained 7% too but table 1 lost 0-3%).
 //   - elsewhere, the session-3 sweep: m1n2w1k8u1 to 16 tokens, m2n4w1k8u1
 //     to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
+//
+// On sm_90 device.pick may run alternative's configuration instead, where
+// that fills the GPU's waves better.
 func pickConfig(rows, n int64, hopper bool) int {
 	if f := forced.Load(); f > 0 {
 		return int(f - 1)
@@ -228,33 +233,33 @@ func pickConfig(rows, n int64, hopper bool) int {
 	tiles := (n + 63) / 64
 	switch {
 	case hopper && rows <= 8 && tiles >= splitTarget:
-		return 7 // t16k1s4u4p2
+		return cfgWide16
 	case rows <= 8:
 		if (n+15)/16 <= splitTarget {
-			return 1 // m1n1w1k16u1
+			return cfgRows16k16
 		}
-		return 0 // m1n1w1k8u1
+		return cfgRows16k8
 	case hopper && rows <= 16 && tiles >= splitTarget:
-		return 7 // t16k1s4u4p2
+		return cfgWide16
 	case hopper && rows <= 16 && tiles >= 96:
-		return 2 // m1n2w1k8u1
+		return cfgRows16t16
 	case hopper && rows <= 16:
-		return 8 // t16k2s4u2p2
+		return cfgSplit16
 	case hopper && rows <= 32 && tiles >= 96:
-		return 11 // t32k1s4u4p2
+		return cfgWide32
 	case hopper && rows <= 32:
 		return 10 // t32k2s4u2p2
-	case hopper && rows <= 64 && tiles >= 96:
+	case hopper && rows <= 64 && tiles >= 80:
 		return 15 // t64s4u2 (prompt tile)
 	case hopper && rows <= 64:
 		return 12 // t64k1s4u4p4
 	case hopper && rows <= 128, hopper && rows <= 384 && tiles >= splitTarget,
 		hopper && rows > 256 && rows <= 384 && tiles >= 96:
-		return cfgPrompt128g3 // t128s4w4g3 (device.pick may run the two-warpgroup tile instead)
+		return cfgPrompt128g3
 	case hopper:
-		return cfgPrompt256 // t256s4u2
+		return cfgPrompt256
 	case rows <= 16:
-		return 2 // m1n2w1k8u1
+		return cfgRows16t16
 	case rows <= 32:
 		return 3 // m2n4w1k8u1
 	case rows <= 64:
@@ -264,37 +269,73 @@ func pickConfig(rows, n int64, hopper bool) int {
 	}
 }
 
-// The prompt tiles device.pick weighs against each other.
+// Configurations device.pick weighs against each other.
 const (
+	cfgRows16k8    = 0  // m1n1w1k8u1
+	cfgRows16k16   = 1  // m1n1w1k16u1
+	cfgRows16t16   = 2  // m1n2w1k8u1
+	cfgWide16u2    = 6  // t16k1s4u2p2
+	cfgWide16      = 7  // t16k1s4u4p2
+	cfgSplit16     = 8  // t16k2s4u2p2
+	cfgWide32u2    = 9  // t32k1s4u2p2
+	cfgWide32      = 11 // t32k1s4u4p2
 	cfgPrompt128   = 13 // t128s4w4: two warpgroups
 	cfgPrompt256   = 14 // t256s4u2
 	cfgPrompt128g3 = 16 // t128s4w4g3: three warpgroups, one block per SM
 )
 
-// promptAlternative is the two-warpgroup tile that device.pick runs instead
-// of the three-warpgroup one pickConfig chose (ci) where that fills the
-// GPU's waves better, or -1 for any other choice.
-func promptAlternative(ci, rows int) int {
-	switch {
-	case ci != cfgPrompt128g3:
-		return -1
-	case rows > 128:
-		return cfgPrompt256
+// alternative is the configuration that device.pick runs on sm_90 instead
+// of pickConfig's choice ci for rows tokens where its blocks fill the GPU's
+// waves better (-1: none). pickConfig's choices were swept on Qwen3-8B's
+// shapes; wider weights land in other waves. Each pair differs in blocks
+// per SM (registers) or in splitting K, and in the session-28 sweeps on
+// Qwen3-8B's and Qwen3-32B's shapes the one with the better fill was the
+// faster every time (docs/PERFORMANCE.md, session 28, item 3):
+//   - the three-warpgroup prompt tile against the two-warpgroup one (session
+//     25: gate_up of Qwen3-8B makes one wave of 128 tiles on 132 SMs, two on
+//     a 114-SM H100 PCIe, where the 192 two-warpgroup tiles make one of 228);
+//   - at 1-8 tokens, the 16-token wgmma tile (3 blocks per SM) against 16-row
+//     blocks (4 per SM) on weights of >= 264 tiles: 51,200 rows, 800 tiles,
+//     take 3 waves of 396 (16 layers of gate_up 1.882 -> 1.623 ms); and the
+//     16-row blocks, unsplit, against the wgmma tile of two warpgroups
+//     splitting K on narrower weights: 320 blocks fill 61% of 528 slots (o
+//     0.389 -> 0.360, down 1.006 -> 0.908);
+//   - at 9-32 tokens, 4 k-blocks in flight per lane at 3 blocks per SM
+//     against 2 at 4 (gate_up at 16 tokens 1.907 -> 1.838, at 32 2.093 ->
+//     2.016, qkv at 32 0.523 -> 0.511), and at 9-16 the mma.sync tile of 16
+//     rows against the wgmma tile splitting K (qkv 0.522 -> 0.440).
+func alternative(ci, rows int) int {
+	switch ci {
+	case cfgPrompt128g3:
+		if rows > 128 {
+			return cfgPrompt256
+		}
+		return cfgPrompt128
+	case cfgWide16:
+		if rows <= 8 {
+			return cfgRows16k8
+		}
+		return cfgWide16u2
+	case cfgRows16k8, cfgRows16k16:
+		return cfgSplit16
+	case cfgRows16t16:
+		return cfgWide16u2
+	case cfgWide32:
+		return cfgWide32u2
 	}
-	return cfgPrompt128
+	return -1
 }
 
-// pick is pickConfig on device d for one launch of the weights ws (K = k):
-// the three-warpgroup prompt tile only where its blocks fill the GPU's waves
-// at least as well as the two-warpgroup tile it replaces. It was chosen on
-// 132-SM parts, where gate_up's 24,576 rows make one wave of its 128 tiles;
-// on a 114-SM H100 PCIe the same tiles take two waves, where the 192 tiles
-// of the two-warpgroup tile take one of 228 slots. A forced configuration
-// (sweeps) runs as forced.
+// pick is pickConfig on device d for one launch of the weights ws (K = k),
+// or on sm_90 its alternative where that fills the GPU's waves better (the
+// choice where they tie). A forced configuration (sweeps) runs as forced.
 func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
 	ci := pickConfig(int64(rows), sumRows(ws), d.hopper())
-	alt := promptAlternative(ci, rows)
-	if alt < 0 || forced.Load() > 0 || d.waveFill(ci, rows, ws, k) >= d.waveFill(alt, rows, ws, k) {
+	if !d.hopper() || forced.Load() > 0 {
+		return ci
+	}
+	alt := alternative(ci, rows)
+	if alt < 0 || d.waveFill(ci, rows, ws, k) >= d.waveFill(alt, rows, ws, k) {
 		return ci
 	}
 	return alt
@@ -523,7 +564,7 @@ func LinearWorkspaceBound(w *DeviceTensor, rows int) (uint64, error) {
 // LinearManyWorkspaceBound returns the workspace LinearMany needs for ws and
 // rows tokens, in bytes (its launches run in stream order and share it). It
 // does not depend on the device: the largest of the Hopper choices (with the
-// tile device.pick may run instead) and the other choice.
+// alternative device.pick may run instead) and the other choice.
 func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 	k, err := manyDims(ws)
 	if err != nil {
@@ -537,8 +578,8 @@ func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 		n := sumRows(ch)
 		for _, hopper := range []bool{false, true} {
 			ci := pickConfig(int64(rows), n, hopper)
-			for _, cj := range []int{ci, promptAlternative(ci, rows)} {
-				if cj < 0 {
+			for _, cj := range []int{ci, alternative(ci, rows)} {
+				if cj < 0 || cj != ci && !hopper {
 					continue
 				}
 				c := linConfigs[cj]
