@@ -34,7 +34,10 @@ func lcg(seed uint32) func() uint32 {
 func addr[T any](b []T) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 
 // fakeMemory hands out the fake libcuda's "device memory": 16-byte aligned
-// host buffers, kept alive until the test ends.
+// host buffers, kept alive until the test ends. A buffer a kernel reads must
+// come from here or be kept alive past the launch (runtime.KeepAlive): a Go
+// slice whose last use is its address can be freed, and its memory reused,
+// while the fake kernel runs.
 type fakeMemory struct{ keep [][]byte }
 
 func (m *fakeMemory) alloc(n int) []byte {
@@ -278,7 +281,10 @@ func transposedExperts(t *testing.T, e int, countsList [][]int32) {
 	}
 	for _, counts := range countsList {
 		rows := int64(0)
-		offs := make([]int32, e)
+		// The kernels read offs during LinearExperts: in fake memory, where
+		// the GC cannot free it under the second run (the last Go use of a
+		// plain slice would be its address, before the call).
+		offs := unsafe.Slice((*int32)(unsafe.Pointer(&mem.alloc(4 * e)[0])), e)
 		for i, c := range counts {
 			rows += int64(c)
 			offs[i] = int32(rows)

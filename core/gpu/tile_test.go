@@ -168,6 +168,7 @@ func TestTileEmulated(t *testing.T) {
 		}
 		runtime.KeepAlive(keep)
 		runtime.KeepAlive(idx)
+		runtime.KeepAlive(tidx) // the kernels above read it through tw.EscRows
 	}
 	runtime.KeepAlive(&mem)
 }
