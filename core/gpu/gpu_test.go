@@ -85,20 +85,20 @@ func TestConfigTable(t *testing.T) {
 	}
 	for _, hopper := range []bool{false, true} {
 		for _, r := range []int64{1, 8, 9, 16, 17, 64, 65, 128, 129, 300, 2048} {
-			for _, n := range []int64{4096, 6144, 24576} {
+			for _, n := range []int64{4096, 5120, 6144, 24576} {
 				i := pickConfig(r, n, hopper)
 				if i < 0 || i >= len(linConfigs) {
 					t.Fatalf("rows %d -> config %d", r, i)
 				}
 				// wgmma on sm_90 from 9 tokens (but for weights of 96..263 row tiles
 				// at 9..16 tokens), and from 1 on weights of >= 264 row tiles; the
-				// prompt tiles from 65 tokens (from 33 on weights of >= 96 tiles)
+				// prompt tiles from 65 tokens (from 33 on weights of >= 80 tiles)
 				c := linConfigs[i]
 				mid := r > 8 && r <= 16 && n/64 >= 96 && n/64 < splitTarget
 				if c.hopperOnly() != (hopper && !mid && (r > 8 || n/64 >= splitTarget)) {
 					t.Fatalf("rows %d n %d hopper %v -> %s", r, n, hopper, c.name())
 				}
-				if (c.Kind == linPrompt) != (hopper && (r > 64 || r > 32 && n/64 >= 96)) {
+				if (c.Kind == linPrompt) != (hopper && (r > 64 || r > 32 && n/64 >= 80)) {
 					t.Fatalf("rows %d hopper %v -> %s", r, hopper, c.name())
 				}
 				if int64(c.tokens()) > max(16, 2*r) {
