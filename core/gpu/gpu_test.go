@@ -290,6 +290,7 @@ func TestPickByWaves(t *testing.T) {
 		{132, 8, qkv, cfgRows16k8},       // 384 of 528 against 96 tiles in 2 splits of 264: a tie
 		{132, 1, o32, cfgSplit16},        // 320 blocks of 528 against 80 tiles in 3 splits of 264
 		{132, 1, qkv32, cfgRows16k8},     // 640 in 2 waves of 528 against 160 tiles of 264: a tie
+		{132, 1, m(2048), cfgRows16k16},  // 128 blocks of 264, no alternative (a small model's o)
 		{132, 16, gateUp, cfgWide16},     // one wave of 396 against 384 of 528
 		{132, 16, gateUp32, cfgWide16u2}, // 3 waves of 396 against 2 of 528
 		{132, 16, qkv, cfgRows16t16},     // 384 of 396 against 96 tiles in 5 splits of 528

@@ -297,9 +297,11 @@ const (
 //   - at 1-8 tokens, the 16-token wgmma tile (3 blocks per SM) against 16-row
 //     blocks (4 per SM) on weights of >= 264 tiles: 51,200 rows, 800 tiles,
 //     take 3 waves of 396 (16 layers of gate_up 1.882 -> 1.623 ms); and the
-//     16-row blocks, unsplit, against the wgmma tile of two warpgroups
-//     splitting K on narrower weights: 320 blocks fill 61% of 528 slots (o
-//     0.389 -> 0.360, down 1.006 -> 0.908);
+//     16-row blocks of 8 warps, unsplit, against the wgmma tile of two
+//     warpgroups splitting K: 320 blocks fill 61% of 528 slots (o 0.389 ->
+//     0.360, down 1.006 -> 0.908). Not the 16-warp blocks of weights of <=
+//     264 such blocks (small models' o and down: a split and its reduce
+//     launch there were never measured against them);
 //   - at 9-32 tokens, 4 k-blocks in flight per lane at 3 blocks per SM
 //     against 2 at 4 (gate_up at 16 tokens 1.907 -> 1.838, at 32 2.093 ->
 //     2.016, qkv at 32 0.523 -> 0.511), and at 9-16 the mma.sync tile of 16
@@ -316,7 +318,7 @@ func alternative(ci, rows int) int {
 			return cfgRows16k8
 		}
 		return cfgWide16u2
-	case cfgRows16k8, cfgRows16k16:
+	case cfgRows16k8: // not cfgRows16k16: weights of <= 264 blocks of 16 rows, never measured split
 		return cfgSplit16
 	case cfgRows16t16:
 		return cfgWide16u2
