@@ -170,7 +170,7 @@ func TestLinearManyArgs(t *testing.T) {
 		for _, hopper := range []bool{false, true} {
 			ci := pickConfig(int64(rows), 6144, hopper)
 			cands := []int{ci}
-			if alt := alternative(ci, rows); hopper && alt >= 0 { // device.pick may run it
+			if alt := alternative(ci, rows, hopper); alt >= 0 { // device.pick may run it
 				cands = append(cands, alt)
 			}
 			for _, cj := range cands {

@@ -284,9 +284,9 @@ const (
 	cfgPrompt128g3 = 16 // t128s4w4g3: three warpgroups, one block per SM
 )
 
-// alternative is the configuration that device.pick runs on sm_90 instead
-// of pickConfig's choice ci for rows tokens where its blocks fill the GPU's
-// waves better (-1: none). pickConfig's choices were swept on Qwen3-8B's
+// alternative is the configuration that device.pick runs instead of
+// pickConfig's choice ci for rows tokens where its blocks fill the GPU's
+// waves better (-1: none; always off sm_90, whose sweeps these pairs are). pickConfig's choices were swept on Qwen3-8B's
 // shapes; wider weights land in other waves. Each pair differs in blocks
 // per SM (registers) or in splitting K, and in the session-28 sweeps on
 // Qwen3-8B's and Qwen3-32B's shapes the one with the better fill was the
@@ -306,7 +306,10 @@ const (
 //     against 2 at 4 (gate_up at 16 tokens 1.907 -> 1.838, at 32 2.093 ->
 //     2.016, qkv at 32 0.523 -> 0.511), and at 9-16 the mma.sync tile of 16
 //     rows against the wgmma tile splitting K (qkv 0.522 -> 0.440).
-func alternative(ci, rows int) int {
+func alternative(ci, rows int, hopper bool) int {
+	if !hopper {
+		return -1
+	}
 	switch ci {
 	case cfgPrompt128g3:
 		if rows > 128 {
@@ -333,11 +336,8 @@ func alternative(ci, rows int) int {
 // choice where they tie). A forced configuration (sweeps) runs as forced.
 func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
 	ci := pickConfig(int64(rows), sumRows(ws), d.hopper())
-	if !d.hopper() || forced.Load() > 0 {
-		return ci
-	}
-	alt := alternative(ci, rows)
-	if alt < 0 || d.waveFill(ci, rows, ws, k) >= d.waveFill(alt, rows, ws, k) {
+	alt := alternative(ci, rows, d.hopper())
+	if alt < 0 || forced.Load() > 0 || d.waveFill(ci, rows, ws, k) >= d.waveFill(alt, rows, ws, k) {
 		return ci
 	}
 	return alt
@@ -580,8 +580,8 @@ func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 		n := sumRows(ch)
 		for _, hopper := range []bool{false, true} {
 			ci := pickConfig(int64(rows), n, hopper)
-			for _, cj := range []int{ci, alternative(ci, rows)} {
-				if cj < 0 || cj != ci && !hopper {
+			for _, cj := range []int{ci, alternative(ci, rows, hopper)} {
+				if cj < 0 {
 					continue
 				}
 				c := linConfigs[cj]
