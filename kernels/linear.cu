@@ -1202,6 +1202,7 @@ __device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *
 #define GLYD_LINPW3(TB, S, U, BOUNDS) GLYD_LINP_(glyd_lin_f12p_t##TB##s##S##w##U##g3, TB, S, U, true, false, 3, BOUNDS)
 
 GLYD_LINP(64, 4, 2, true, (256, 2))
+GLYD_LINPW(64, 4, 2, true, (256, 3))
 GLYD_LINPW(128, 4, 4, false, (256, 2))
 GLYD_LINP(256, 4, 2, true, (256, 1))
 GLYD_LINPW3(128, 4, 4, (384, 1))

@@ -247,7 +247,8 @@ func TestInClusters(t *testing.T) {
 func TestPickByWaves(t *testing.T) {
 	// Blocks per SM as on the H200 (registers and threads per block decide)
 	occ := map[int]int{cfgRows16k8: 4, cfgRows16k16: 2, cfgRows16t16: 3, cfgWide16u2: 4, cfgWide16: 3,
-		cfgSplit16: 2, cfgWide32u2: 4, cfgWide32: 3, cfgPrompt128: 2, cfgPrompt256: 1, cfgPrompt128g3: 1}
+		cfgSplit16: 2, cfgWide32u2: 4, cfgWide32: 3, cfgPrompt64: 2, cfgPrompt64w: 3, cfgPrompt128: 2, cfgPrompt256: 1,
+		cfgPrompt128g3: 1}
 	newDevice := func(sms int) *device {
 		d := &device{info: Info{Major: 9, Minor: 0, SMs: sms}, occ: make([][2]int, len(linConfigs)),
 			clusters: make([][2][9]int, len(linConfigs))}
@@ -281,7 +282,10 @@ func TestPickByWaves(t *testing.T) {
 		{132, 384, qkv, cfgPrompt128g3},    // 257-384 tokens: qkv on three warpgroups too
 		{132, 256, qkv, cfgPrompt256},      // not below
 		{132, 512, qkv, cfgPrompt256},      // nor above
-		{132, 64, gateUp, 15},              // no alternative
+		{132, 64, gateUp, cfgPrompt64w},    // 192 tiles in 2 splits: 384 of 396 slots against 192 of 264
+		{132, 64, qkv, cfgPrompt64w},       // 48 tiles in 8 splits of 396 against 5 of 264
+		{132, 64, gateUp32, cfgPrompt64},   // 400 tiles in 2 waves of 264 against 2 of 396
+		{132, 64, qkv32, cfgPrompt64},      // 80 tiles in 3 splits of 264 against 4 of 396
 		{132, 128, gateUp32, cfgPrompt128}, // 268 tiles in 3 waves of 132 against 400 in 2 of 264
 		// 1-32 tokens (session 28): Qwen3-8B keeps the sweeps' picks, ties included
 		{132, 1, gateUp, cfgWide16},      // 384 of 396 slots, 1,536 16-row blocks in 3 waves of 528: a tie
@@ -299,7 +303,7 @@ func TestPickByWaves(t *testing.T) {
 		{132, 32, gateUp32, cfgWide32u2},
 		{132, 32, qkv, cfgWide32},     // 96 tiles in 4 splits of 396 against 5 of 528
 		{132, 32, qkv32, cfgWide32u2}, // 160 in 2 splits of 396 against 3 of 528
-		{132, 64, o32, 15},            // pickConfig: the prompt tile from 80 tiles
+		{132, 64, o32, cfgPrompt64},   // pickConfig: the prompt tile from 80 tiles; 6 splits of 264 against 8 of 396
 	} {
 		d := newDevice(c.sms)
 		if got := d.pick(c.rows, c.ws, 4096); got != c.want {

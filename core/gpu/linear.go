@@ -175,6 +175,7 @@ var linConfigs = []linConfig{
 	promptConfig(256, 4, 2, false, true), // 14
 	promptConfig(64, 4, 2, false, true),  // 15
 	prompt3Config(128, 4, 4, true),       // 16
+	promptConfig(64, 4, 2, true, true),   // 17: registers capped for 3 blocks per SM
 }
 
 // pickConfig returns the index in linConfigs for rows tokens and n weight
@@ -250,7 +251,7 @@ func pickConfig(rows, n int64, hopper bool) int {
 	case hopper && rows <= 32:
 		return 10 // t32k2s4u2p2
 	case hopper && rows <= 64 && tiles >= 80:
-		return 15 // t64s4u2 (prompt tile)
+		return cfgPrompt64
 	case hopper && rows <= 64:
 		return 12 // t64k1s4u4p4
 	case hopper && rows <= 128, hopper && rows <= 384 && tiles >= splitTarget,
@@ -279,6 +280,8 @@ const (
 	cfgSplit16     = 8  // t16k2s4u2p2
 	cfgWide32u2    = 9  // t32k1s4u2p2
 	cfgWide32      = 11 // t32k1s4u4p2
+	cfgPrompt64    = 15 // t64s4u2: weights in registers, two blocks per SM
+	cfgPrompt64w   = 17 // t64s4w2: weights in shared memory, three blocks per SM
 	cfgPrompt128   = 13 // t128s4w4: two warpgroups
 	cfgPrompt256   = 14 // t256s4u2
 	cfgPrompt128g3 = 16 // t128s4w4g3: three warpgroups, one block per SM
@@ -327,6 +330,8 @@ func alternative(ci, rows int, hopper bool) int {
 		return cfgWide16u2
 	case cfgWide32:
 		return cfgWide32u2
+	case cfgPrompt64:
+		return cfgPrompt64w
 	}
 	return -1
 }

@@ -363,6 +363,7 @@ static kern kernels[] = {
     EMU_LIN(glyd_lin_f12p_t128s4w4),
     EMU_LIN(glyd_lin_f12p_t256s4u2),
     EMU_LIN(glyd_lin_f12p_t128s4w4g3),
+    EMU_LIN(glyd_lin_f12p_t64s4w2),
 #define EMU_LING(N) {#N, emu_decode::N}, {#N "_safe", emu_decode::N##_safe}
     EMU_LING(glyd_lin_f12g_m1n1w1k8u1),
     EMU_LING(glyd_lin_f12g_m1n2w1k8u1),

@@ -228,7 +228,7 @@ def test_split_k_in_clusters_and_through_the_workspace():
     # reduce launch: on sm_90 these weights take both ways, each checked
     seen = set()
     try:
-        for name in ("glyd_lin_f12p_t64s4u2", "glyd_lin_f12p_t256s4u2"):
+        for name in ("glyd_lin_f12p_t64s4u2", "glyd_lin_f12p_t64s4w2", "glyd_lin_f12p_t256s4u2"):
             _gpu.force_kernel(name)
             for n in (1024, 2048, 3072, 3840, 4096, 8192):
                 p = glyd.pack(weights((n, 1024), seed=n, specials=True))
