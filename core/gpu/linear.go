@@ -308,41 +308,51 @@ const (
 //   - at 9-32 tokens, 4 k-blocks in flight per lane at 3 blocks per SM
 //     against 2 at 4 (gate_up at 16 tokens 1.907 -> 1.838, at 32 2.093 ->
 //     2.016, qkv at 32 0.523 -> 0.511), and at 9-16 the mma.sync tile of 16
-//     rows against the wgmma tile splitting K (qkv 0.522 -> 0.440).
-func alternative(ci, rows int, hopper bool) int {
+//     rows against the wgmma tile splitting K (qkv 0.522 -> 0.440);
+//   - at 33-64 tokens (session 29), the 64-token prompt tile at 3 blocks per
+//     SM (its weights in shared memory, 80 registers) against 2 (in
+//     registers), only where it fills the waves more than 1.1x better: it
+//     won at 1.33x (Qwen3-8B's gate_up, 192 tiles in 2 splits: 12 layers
+//     0.720 -> 0.604 ms at 64 tokens) and lost at 1.07x (its qkv, 48 tiles in
+//     8 splits against 5: 0.247 -> 0.260) and below 1 (Qwen3-32B's gate_up,
+//     400 tiles in 2 waves of 396: 1.180 -> 1.389).
+//
+// need is the ratio of fills at which the alternative runs: alt's fill must
+// exceed need times ci's.
+func alternative(ci, rows int, hopper bool) (alt int, need float64) {
 	if !hopper {
-		return -1
+		return -1, 0
 	}
 	switch ci {
 	case cfgPrompt128g3:
 		if rows > 128 {
-			return cfgPrompt256
+			return cfgPrompt256, 1
 		}
-		return cfgPrompt128
+		return cfgPrompt128, 1
 	case cfgWide16:
 		if rows <= 8 {
-			return cfgRows16k8
+			return cfgRows16k8, 1
 		}
-		return cfgWide16u2
+		return cfgWide16u2, 1
 	case cfgRows16k8: // not cfgRows16k16: weights of <= 264 blocks of 16 rows, never measured split
-		return cfgSplit16
+		return cfgSplit16, 1
 	case cfgRows16t16:
-		return cfgWide16u2
+		return cfgWide16u2, 1
 	case cfgWide32:
-		return cfgWide32u2
+		return cfgWide32u2, 1
 	case cfgPrompt64:
-		return cfgPrompt64w
+		return cfgPrompt64w, 1.1
 	}
-	return -1
+	return -1, 0
 }
 
 // pick is pickConfig on device d for one launch of the weights ws (K = k),
-// or on sm_90 its alternative where that fills the GPU's waves better (the
-// choice where they tie). A forced configuration (sweeps) runs as forced.
+// or on sm_90 its alternative where that fills the GPU's waves better (by
+// alternative's ratio). A forced configuration (sweeps) runs as forced.
 func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
 	ci := pickConfig(int64(rows), sumRows(ws), d.hopper())
-	alt := alternative(ci, rows, d.hopper())
-	if alt < 0 || forced.Load() > 0 || d.waveFill(ci, rows, ws, k) >= d.waveFill(alt, rows, ws, k) {
+	alt, need := alternative(ci, rows, d.hopper())
+	if alt < 0 || forced.Load() > 0 || d.waveFill(alt, rows, ws, k) <= need*d.waveFill(ci, rows, ws, k) {
 		return ci
 	}
 	return alt
@@ -585,7 +595,8 @@ func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 		n := sumRows(ch)
 		for _, hopper := range []bool{false, true} {
 			ci := pickConfig(int64(rows), n, hopper)
-			for _, cj := range []int{ci, alternative(ci, rows, hopper)} {
+			alt, _ := alternative(ci, rows, hopper)
+			for _, cj := range []int{ci, alt} {
 				if cj < 0 {
 					continue
 				}
