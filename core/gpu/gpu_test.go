@@ -170,7 +170,7 @@ func TestLinearManyArgs(t *testing.T) {
 		for _, hopper := range []bool{false, true} {
 			ci := pickConfig(int64(rows), 6144, hopper)
 			cands := []int{ci}
-			if alt, _ := alternative(ci, rows, hopper); alt >= 0 { // device.pick may run it
+			if alt := alternative(ci, rows, hopper); alt >= 0 { // device.pick may run it
 				cands = append(cands, alt)
 			}
 			for _, cj := range cands {
@@ -280,10 +280,11 @@ func TestPickByWaves(t *testing.T) {
 		{132, 384, gateUp, cfgPrompt128g3}, // 384 in three waves either way: the tie goes to three warpgroups
 		{132, 512, gateUp, cfgPrompt256},   // beyond 384 tokens: pickConfig's choice
 		{132, 384, qkv, cfgPrompt128g3},    // 257-384 tokens: qkv on three warpgroups too
+		{132, 128, qkv, cfgPrompt128g3},    // the better fill of two warpgroups splits K 5 ways: 12 k-blocks per block
 		{132, 256, qkv, cfgPrompt256},      // not below
 		{132, 512, qkv, cfgPrompt256},      // nor above
 		{132, 64, gateUp, cfgPrompt64w},    // 192 tiles in 2 splits: 384 of 396 slots against 192 of 264
-		{132, 64, qkv, cfgPrompt64},        // 48 tiles in 8 splits of 396 against 5 of 264: 1.07x, not enough
+		{132, 64, qkv, cfgPrompt64},        // 48 tiles in 8 splits of 396 against 5 of 264: blocks of 8 k-blocks
 		{132, 64, gateUp32, cfgPrompt64},   // 400 tiles in 2 waves of 264 against 2 of 396
 		{132, 64, qkv32, cfgPrompt64},      // 80 tiles in 3 splits of 264 against 4 of 396
 		{132, 128, gateUp32, cfgPrompt128}, // 268 tiles in 3 waves of 132 against 400 in 2 of 264
@@ -322,6 +323,11 @@ func TestPickByWaves(t *testing.T) {
 		}
 	}
 	d := newDevice(132)
+	// Qwen3-1.7B's gate_up (K = 2,048) at 64 tokens: 96 tiles fill 97% of the
+	// three-per-SM slots in 4 splits, but of 8 k-blocks each
+	if got := d.pick(64, m(12288), 2048); got != cfgPrompt64 {
+		t.Errorf("K 2048: %s, want %s", linConfigs[got].name(), linConfigs[cfgPrompt64].name())
+	}
 	d.info.Major = 8 // no alternatives off sm_90
 	if got := d.pick(1, o32, 4096); got != cfgRows16k8 {
 		t.Errorf("sm_80: %s, want %s", linConfigs[got].name(), linConfigs[cfgRows16k8].name())

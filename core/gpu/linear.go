@@ -311,52 +311,64 @@ const (
 //     rows against the wgmma tile splitting K (qkv 0.522 -> 0.440);
 //   - at 33-64 tokens (session 29), the 64-token prompt tile at 3 blocks per
 //     SM (its weights in shared memory, 80 registers) against 2 (in
-//     registers), only where it fills the waves more than 1.1x better: it
-//     won at 1.33x (Qwen3-8B's gate_up, 192 tiles in 2 splits: 12 layers
-//     0.720 -> 0.604 ms at 64 tokens) and lost at 1.07x (its qkv, 48 tiles in
-//     8 splits against 5: 0.247 -> 0.260) and below 1 (Qwen3-32B's gate_up,
-//     400 tiles in 2 waves of 396: 1.180 -> 1.389).
+//     registers): Qwen3-8B's gate_up, 192 tiles in 2 splits filling 384 of
+//     396 slots against 192 of 264, 12 layers at 64 tokens 0.720 -> 0.604 ms.
 //
-// need is the ratio of fills at which the alternative runs: alt's fill must
-// exceed need times ci's.
-func alternative(ci, rows int, hopper bool) (alt int, need float64) {
+// Blocks left fewer than minKBlocks k-blocks by the alternative's split are
+// not worth its fill (pick).
+func alternative(ci, rows int, hopper bool) int {
 	if !hopper {
-		return -1, 0
+		return -1
 	}
 	switch ci {
 	case cfgPrompt128g3:
 		if rows > 128 {
-			return cfgPrompt256, 1
+			return cfgPrompt256
 		}
-		return cfgPrompt128, 1
+		return cfgPrompt128
 	case cfgWide16:
 		if rows <= 8 {
-			return cfgRows16k8, 1
+			return cfgRows16k8
 		}
-		return cfgWide16u2, 1
+		return cfgWide16u2
 	case cfgRows16k8: // not cfgRows16k16: weights of <= 264 blocks of 16 rows, never measured split
-		return cfgSplit16, 1
+		return cfgSplit16
 	case cfgRows16t16:
-		return cfgWide16u2, 1
+		return cfgWide16u2
 	case cfgWide32:
-		return cfgWide32u2, 1
+		return cfgWide32u2
 	case cfgPrompt64:
-		return cfgPrompt64w, 1.1
+		return cfgPrompt64w
 	}
-	return -1, 0
+	return -1
 }
 
 // pick is pickConfig on device d for one launch of the weights ws (K = k),
-// or on sm_90 its alternative where that fills the GPU's waves better (by
-// alternative's ratio). A forced configuration (sweeps) runs as forced.
+// or on sm_90 its alternative where that fills the GPU's waves better (the
+// choice where they tie) without splitting K into blocks of fewer than
+// minKBlocks k-blocks. A forced configuration (sweeps) runs as forced.
 func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
 	ci := pickConfig(int64(rows), sumRows(ws), d.hopper())
-	alt, need := alternative(ci, rows, d.hopper())
-	if alt < 0 || forced.Load() > 0 || d.waveFill(alt, rows, ws, k) <= need*d.waveFill(ci, rows, ws, k) {
+	alt := alternative(ci, rows, d.hopper())
+	if alt < 0 || forced.Load() > 0 || d.waveFill(alt, rows, ws, k) <= d.waveFill(ci, rows, ws, k) {
+		return ci
+	}
+	if s, _ := d.splitOf(alt, len(ws) > 1, weightTiles(linConfigs[alt], ws), k, rows); (k+63)/64 < minKBlocks*s {
 		return ci
 	}
 	return alt
 }
+
+// minKBlocks is the fewest k-blocks (64 of K) per block for which a better
+// fill pays for an alternative's finer split: its blocks fill their
+// pipelines (4 stages) anew and add more partial sums. On the H200 (session
+// 29) the 64-token tile at 3 blocks per SM lost with 8 per block (Qwen3-8B's
+// qkv, 8 splits of K = 4,096: 0.247 -> 0.260 ms; Qwen3-1.7B's gate_up, 4
+// of 2,048: table 1 at 64 tokens 1.171 -> 1.274) and won with 32 (Qwen3-8B's
+// gate_up, 2 splits); session 25 measured Qwen3-8B's qkv at 128 tokens
+// faster on the three-warpgroup tile than on the two-warpgroup one, 5 splits
+// of 12.8 k-blocks (0.367 -> 0.346 ms).
+const minKBlocks = 16
 
 // waveFill is the share of the GPU's resident slots that a launch of
 // configuration ci over ws keeps busy through its waves: blocks / (waves x
@@ -595,8 +607,7 @@ func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 		n := sumRows(ch)
 		for _, hopper := range []bool{false, true} {
 			ci := pickConfig(int64(rows), n, hopper)
-			alt, _ := alternative(ci, rows, hopper)
-			for _, cj := range []int{ci, alt} {
+			for _, cj := range []int{ci, alternative(ci, rows, hopper)} {
 				if cj < 0 {
 					continue
 				}
