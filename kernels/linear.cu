@@ -1182,7 +1182,8 @@ __device__ __forceinline__ void linear_f12_prompt(const glyd_kparams &p, float *
 	}
 }
 // BOUNDS as for GLYD_LINW: t64 and t128 capped for two blocks per SM, the
-// three-warpgroup tile (g3: GLYD_LINPW3) one.
+// three-warpgroup tile (g3: GLYD_LINPW3) one, t64s4w2 three (80 registers:
+// its weights' ring in shared memory leaves room, one in registers spills).
 // GLYD_LINP: weights in registers (u: U k-blocks per lane); GLYD_LINPW: in
 // shared memory (w: U slots). CLUSTERS: the kernel can add its splits in a
 // cluster (core/gpu/linear.go's linConfig.Clusters must agree). Not the

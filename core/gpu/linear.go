@@ -154,7 +154,9 @@ func (c linConfig) smemWith(vec bool) int {
 //   - 65 tokens and more on sm_90, and 33..64 on weights of >= 96 tiles: the
 //     prompt tiles (128 weight rows in two warpgroups, 64, 128 or 256
 //     tokens per block; 192 rows in three for 128 tokens, where the
-//     two-warpgroup tile is a runner-up since session 25).
+//     two-warpgroup tile is a runner-up since session 25); the 64-token
+//     tile also at three blocks per SM, its weights in shared memory (wide
+//     weights that two per SM leave under a wave, session 29).
 //
 // Sweeps of the configurations tried and removed: docs/PERFORMANCE.md.
 var linConfigs = []linConfig{
