@@ -367,9 +367,10 @@ func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
 // 29) the 64-token tile at 3 blocks per SM lost with 8 per block (Qwen3-8B's
 // qkv, 8 splits of K = 4,096: 0.247 -> 0.260 ms; Qwen3-1.7B's gate_up, 4
 // of 2,048: table 1 at 64 tokens 1.171 -> 1.274) and won with 32 (Qwen3-8B's
-// gate_up, 2 splits); session 25 measured Qwen3-8B's qkv at 128 tokens
-// faster on the three-warpgroup tile than on the two-warpgroup one, 5 splits
-// of 12.8 k-blocks (0.367 -> 0.346 ms).
+// gate_up, 2 splits). It also keeps Qwen3-8B's qkv at 65-128 tokens on the
+// three-warpgroup tile (the two-warpgroup one splits it into 5 of 12.8):
+// faster in session 25 (0.367 -> 0.346 ms), level on tiled planes (session
+// 29: table 1 at 128 tokens 5.58-5.64 ms against 5.63).
 const minKBlocks = 16
 
 // waveFill is the share of the GPU's resident slots that a launch of
