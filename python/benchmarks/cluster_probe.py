@@ -4,7 +4,7 @@ python/benchmarks/cluster_probe.py` from the repository root, on an sm_90 GPU. T
 launches run as clusters only where all of their clusters fit (core/gpu/linear.go, inClusters);
 this table (docs/PERFORMANCE.md, session 17) is why that is rare at 9-128 tokens. The threads and
 dynamic shared memory per kernel are core/gpu/linear.go's (linConfig.threads, smem) as of
-session 17."""
+session 17 (t64s4w2: session 29)."""
 
 import ctypes as C
 
@@ -16,6 +16,7 @@ KERNELS = [  # name, threads, dynamic shared memory
     ("glyd_lin_f12w_t32k1s4u4p2", 192, 16768),
     ("glyd_lin_f12w_t64k1s4u4p4", 256, 33152),
     ("glyd_lin_f12p_t64s4u2", 256, 34816),
+    ("glyd_lin_f12p_t64s4w2", 256, 58368),
     ("glyd_lin_f12p_t128s4w4", 256, 115712),
     ("glyd_lin_f12p_t256s4u2", 256, 136192),
 ]
