@@ -291,8 +291,9 @@ const (
 
 // alternative is the configuration that device.pick runs instead of
 // pickConfig's choice ci for rows tokens where its blocks fill the GPU's
-// waves better (-1: none; always off sm_90, whose sweeps these pairs are). pickConfig's choices were swept on Qwen3-8B's
-// shapes; wider weights land in other waves. Each pair differs in blocks
+// waves better (-1: none; always off sm_90, whose sweeps these pairs are).
+// pickConfig's choices were swept on Qwen3-8B's shapes; wider weights land
+// in other waves. Each pair differs in blocks
 // per SM (registers) or in splitting K, and in the session-28 sweeps on
 // Qwen3-8B's and Qwen3-32B's shapes the one with the better fill was the
 // faster every time (docs/PERFORMANCE.md, session 28, item 3):
@@ -352,10 +353,12 @@ func alternative(ci, rows int, hopper bool) int {
 func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
 	ci := pickConfig(int64(rows), sumRows(ws), d.hopper())
 	alt := alternative(ci, rows, d.hopper())
-	if alt < 0 || forced.Load() > 0 || d.waveFill(alt, rows, ws, k) <= d.waveFill(ci, rows, ws, k) {
+	if alt < 0 || forced.Load() > 0 {
 		return ci
 	}
-	if s, _ := d.splitOf(alt, len(ws) > 1, weightTiles(linConfigs[alt], ws), k, rows); (k+63)/64 < minKBlocks*s {
+	fill, _ := d.waveFill(ci, rows, ws, k)
+	altFill, altSplits := d.waveFill(alt, rows, ws, k)
+	if altFill <= fill || (k+63)/64 < minKBlocks*altSplits {
 		return ci
 	}
 	return alt
@@ -374,20 +377,20 @@ func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
 const minKBlocks = 16
 
 // waveFill is the share of the GPU's resident slots that a launch of
-// configuration ci over ws keeps busy through its waves: blocks / (waves x
-// slots).
-func (d *device) waveFill(ci, rows int, ws []*DeviceTensor, k int64) float64 {
+// configuration ci over ws keeps busy through its waves, blocks / (waves x
+// slots), and the splits of K it launches with.
+func (d *device) waveFill(ci, rows int, ws []*DeviceTensor, k int64) (fill float64, splits int64) {
 	c := linConfigs[ci]
 	many := len(ws) > 1
 	slots := int64(d.occ[ci][boolIndex(many)] * d.info.SMs)
 	if slots <= 0 {
-		return 0
+		return 0, 1
 	}
 	tiles := weightTiles(c, ws)
 	s, _ := d.splitOf(ci, many, tiles, k, rows)
 	blocks := tiles * c.tokenTiles(int64(rows)) * s
 	waves := (blocks + slots - 1) / slots
-	return float64(blocks) / float64(waves*slots)
+	return float64(blocks) / float64(waves*slots), s
 }
 
 // splitTarget is the number of blocks below which K is split over blocks:
