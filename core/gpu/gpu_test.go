@@ -247,7 +247,7 @@ func TestInClusters(t *testing.T) {
 func TestPickByWaves(t *testing.T) {
 	// Blocks per SM as on the H200 (registers and threads per block decide)
 	occ := map[int]int{cfgRows16k8: 4, cfgRows16k16: 2, cfgRows16t16: 3, cfgWide16u2: 4, cfgWide16: 3,
-		cfgSplit16: 2, cfgWide32u2: 4, cfgWide32: 3, cfgPrompt64: 2, cfgPrompt64w: 3, cfgPrompt128: 2, cfgPrompt256: 1,
+		cfgSplit16: 2, cfgWide32u2: 4, cfgWide32: 3, cfgWgmma64: 2, cfgPrompt64: 2, cfgPrompt64w: 3, cfgPrompt128: 2, cfgPrompt256: 1,
 		cfgPrompt128g3: 1}
 	newDevice := func(sms int) *device {
 		d := &device{info: Info{Major: 9, Minor: 0, SMs: sms}, occ: make([][2]int, len(linConfigs)),
@@ -323,6 +323,40 @@ func TestPickByWaves(t *testing.T) {
 		}
 	}
 	d := newDevice(132)
+	// Small models at 65-256 tokens: the 64-token tiles where the prompt
+	// tile's blocks would be short (smallPrompt)
+	for _, c := range []struct {
+		rows    int
+		n, k    int64
+		want    int
+		comment string
+	}{
+		{128, 4096, 2048, cfgPrompt64, "Qwen3-1.7B's qkv: 22 tiles of 192 rows in 6 splits of 5.3 k-blocks"},
+		{128, 2048, 2048, cfgWgmma64, "its o: 32 weight tiles of 64 rows, the wgmma tile"},
+		{128, 2048, 6144, cfgWgmma64, "its down: 88 blocks of 12 k-blocks fill 0.67 of one wave"},
+		{128, 12288, 2048, cfgPrompt128g3, "its gate_up: 128 blocks of 16"},
+		{256, 4096, 1024, cfgPrompt64, "Qwen3-0.6B's qkv: the 256-token tile's blocks of 4 k-blocks"},
+		{256, 6144, 1024, cfgPrompt256, "its gate_up: 96 blocks of 8 (0.73)"},
+		{128, 2560, 4096, cfgPrompt128g3, "Qwen3-4B's o: 112 blocks of 8 fill 0.85"},
+		{128, 6144, 2560, cfgPrompt128g3, "its qkv: 128 blocks of 10"},
+		{256, 10240, 5120, cfgPrompt256, "Qwen3-32B's qkv: 80 blocks filling 0.61, but of 80 k-blocks"},
+		{128, 51200, 5120, cfgPrompt128, "its gate_up: 267 blocks fill 0.67 of 3 waves (the alternative as before)"},
+		{64, 4096, 2048, cfgWgmma64, "64 tokens: pickConfig's choice"},
+	} {
+		ws := []*DeviceTensor{fakeMatrix(c.n, c.k)}
+		if got := d.pick(c.rows, ws, c.k); got != c.want {
+			t.Errorf("%s: %s, want %s", c.comment, linConfigs[got].name(), linConfigs[c.want].name())
+		}
+		bound, err := LinearManyWorkspaceBound(ws, c.rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := linConfigs[c.want]
+		s, _ := d.splitOf(c.want, false, weightTiles(cfg, ws), c.k, c.rows)
+		if need, _ := cfg.workspace(c.n, c.k, int64(c.rows), s); need > bound {
+			t.Errorf("%s: workspace %d > bound %d", c.comment, need, bound)
+		}
+	}
 	// Qwen3-1.7B's gate_up (K = 2,048) at 64 tokens: 96 tiles fill 97% of the
 	// three-per-SM slots in 4 splits, but of 8 k-blocks each
 	if got := d.pick(64, m(12288), 2048); got != cfgPrompt64 {

@@ -255,7 +255,7 @@ func pickConfig(rows, n int64, hopper bool) int {
 	case hopper && rows <= 64 && tiles >= 80:
 		return cfgPrompt64
 	case hopper && rows <= 64:
-		return 12 // t64k1s4u4p4
+		return cfgWgmma64
 	case hopper && rows <= 128, hopper && rows <= 384 && tiles >= splitTarget,
 		hopper && rows > 256 && rows <= 384 && tiles >= 96:
 		return cfgPrompt128g3
@@ -282,6 +282,7 @@ const (
 	cfgSplit16     = 8  // t16k2s4u2p2
 	cfgWide32u2    = 9  // t32k1s4u2p2
 	cfgWide32      = 11 // t32k1s4u4p2
+	cfgWgmma64     = 12 // t64k1s4u4p4
 	cfgPrompt64    = 15 // t64s4u2: weights in registers, two blocks per SM
 	cfgPrompt64w   = 17 // t64s4w2: weights in shared memory, three blocks per SM
 	cfgPrompt128   = 13 // t128s4w4: two warpgroups
@@ -347,22 +348,66 @@ func alternative(ci, rows int, hopper bool) int {
 }
 
 // pick is pickConfig on device d for one launch of the weights ws (K = k),
-// or on sm_90 its alternative where that fills the GPU's waves better (the
-// choice where they tie) without splitting K into blocks of fewer than
-// minKBlocks k-blocks. A forced configuration (sweeps) runs as forced.
+// or on sm_90 the 64-token tiles where pickConfig's prompt tile would run
+// short or few blocks (smallPrompt), then the alternative of what it chose
+// where that fills the GPU's waves better (the choice where they tie)
+// without splitting K into blocks of fewer than minKBlocks k-blocks. A
+// forced configuration (sweeps) runs as forced.
 func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
-	ci := pickConfig(int64(rows), sumRows(ws), d.hopper())
-	alt := alternative(ci, rows, d.hopper())
-	if alt < 0 || forced.Load() > 0 {
+	n := sumRows(ws)
+	ci := pickConfig(int64(rows), n, d.hopper())
+	if forced.Load() > 0 {
 		return ci
 	}
-	fill, _ := d.waveFill(ci, rows, ws, k)
-	altFill, altSplits := d.waveFill(alt, rows, ws, k)
+	if sp := smallPrompt(ci, rows, n); sp >= 0 {
+		fill, splits, waves := d.waveFill(ci, rows, ws, k)
+		kb := (k + 63) / 64
+		if kb < promptKBlocksMin*splits || (kb < minKBlocks*splits && waves == 1 && fill < promptFillMin) {
+			ci = sp
+		}
+	}
+	alt := alternative(ci, rows, d.hopper())
+	if alt < 0 {
+		return ci
+	}
+	fill, _, _ := d.waveFill(ci, rows, ws, k)
+	altFill, altSplits, _ := d.waveFill(alt, rows, ws, k)
 	if altFill <= fill || (k+63)/64 < minKBlocks*altSplits {
 		return ci
 	}
 	return alt
 }
+
+// smallPrompt is the 64-token tile that device.pick runs instead of the
+// prompt tile ci at 65-256 tokens whose blocks would be short: fewer than
+// promptKBlocksMin k-blocks, or fewer than minKBlocks in one wave filling
+// less than promptFillMin of the GPU's slots (-1: ci is not such a tile).
+// Small models' weights (K of 1,024-2,048, N of 1,024-4,096) split ci's few
+// tiles into short blocks whose partial sums weigh as much as their
+// weights; the 64-token tiles, in two to four token tiles, have blocks
+// enough with fewer splits: the two-warpgroup one from 64 weight tiles of 64
+// rows (at 64 tokens, one token tile, it needs 80), the wgmma tile below.
+// Sweeps of session 30 (docs/PERFORMANCE.md), 12 layers, ms: at 128 tokens
+// Qwen3-1.7B's qkv 0.205 -> 0.183, o 0.165 -> 0.121, down 0.244 -> 0.224,
+// Qwen3-0.6B's four 0.665 -> 0.511; at 256 Qwen3-0.6B's qkv, o and down
+// 0.544 -> 0.416. Qwen3-4B's, 8B's and 32B's tiles keep their blocks, where
+// they were as fast or faster (4B's o, 8 k-blocks filling 0.85: level).
+func smallPrompt(ci, rows int, n int64) int {
+	if rows <= 64 || rows > 256 || (ci != cfgPrompt128g3 && ci != cfgPrompt256) {
+		return -1
+	}
+	if (n+63)/64 >= 64 {
+		return cfgPrompt64
+	}
+	return cfgWgmma64
+}
+
+// The fewest k-blocks per block, and the least fill of a single wave, of a
+// prompt tile at 65-256 tokens (smallPrompt).
+const (
+	promptKBlocksMin = 8
+	promptFillMin    = 0.7
+)
 
 // minKBlocks is the fewest k-blocks (64 of K) per block for which a better
 // fill pays for an alternative's finer split: its blocks fill their
@@ -378,19 +423,19 @@ const minKBlocks = 16
 
 // waveFill is the share of the GPU's resident slots that a launch of
 // configuration ci over ws keeps busy through its waves, blocks / (waves x
-// slots), and the splits of K it launches with.
-func (d *device) waveFill(ci, rows int, ws []*DeviceTensor, k int64) (fill float64, splits int64) {
+// slots), the splits of K it launches with, and its waves.
+func (d *device) waveFill(ci, rows int, ws []*DeviceTensor, k int64) (fill float64, splits, waves int64) {
 	c := linConfigs[ci]
 	many := len(ws) > 1
 	slots := int64(d.occ[ci][boolIndex(many)] * d.info.SMs)
 	if slots <= 0 {
-		return 0, 1
+		return 0, 1, 1
 	}
 	tiles := weightTiles(c, ws)
 	s, _ := d.splitOf(ci, many, tiles, k, rows)
 	blocks := tiles * c.tokenTiles(int64(rows)) * s
-	waves := (blocks + slots - 1) / slots
-	return float64(blocks) / float64(waves*slots), s
+	waves = (blocks + slots - 1) / slots
+	return float64(blocks) / float64(waves*slots), s, waves
 }
 
 // splitTarget is the number of blocks below which K is split over blocks:
@@ -613,7 +658,8 @@ func LinearManyWorkspaceBound(ws []*DeviceTensor, rows int) (uint64, error) {
 		n := sumRows(ch)
 		for _, hopper := range []bool{false, true} {
 			ci := pickConfig(int64(rows), n, hopper)
-			for _, cj := range []int{ci, alternative(ci, rows, hopper)} {
+			sp := smallPrompt(ci, rows, n)
+			for _, cj := range []int{ci, alternative(ci, rows, hopper), sp, alternative(sp, rows, hopper)} {
 				if cj < 0 {
 					continue
 				}
