@@ -576,14 +576,16 @@ def test_prompt_path_choice(prompt_settings):
     finally:
         _gpu.force_kernel(None)
     assert dt.prompt_path(512)
-    # the default: the wgmma kernel to 64 rows on sm_90 (this weight is narrow), the
-    # prompt tiles to 768,
-    # mma.sync to 64 elsewhere
+    # the default: the wgmma kernel to 64 rows on sm_90 (this weight is narrow), and
+    # to 256 (the prompt tiles' blocks would be short: smallPrompt), the prompt tiles
+    # to 768, mma.sync to 64 elsewhere
     _gpu.set_prompt_rows(None)
     hopper = torch.cuda.get_device_capability(DEV) == (9, 0)
     assert _gpu.prompt_rows(DEV) == (_gpu.SM90_PROMPT_ROWS if hopper else 65)
     assert dt.linear_kernel(64).startswith("glyd_lin_f12w_" if hopper else "glyd_lin_f12_")
-    assert dt.linear_kernel(128).startswith("glyd_lin_f12p_t128" if hopper else _gpu.PROMPT_KERNEL)
+    assert dt.linear_kernel(128).startswith("glyd_lin_f12w_t64" if hopper else _gpu.PROMPT_KERNEL)
+    wide = _gpu.DeviceTensor(glyd.pack(weights((6144, 4096), seed=12)), DEV)
+    assert wide.linear_kernel(128).startswith("glyd_lin_f12p_t128" if hopper else _gpu.PROMPT_KERNEL)
     assert dt.linear_kernel(512).startswith("glyd_lin_f12p_t256" if hopper else _gpu.PROMPT_KERNEL)
     assert dt.linear_kernel(1024) == _gpu.PROMPT_KERNEL
     assert dt.linear_kernel(16).startswith("glyd_lin_f12w_" if hopper else "glyd_lin_f12_")
