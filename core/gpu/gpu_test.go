@@ -347,6 +347,12 @@ func TestPickByWaves(t *testing.T) {
 		if got := d.pick(c.rows, ws, c.k); got != c.want {
 			t.Errorf("%s: %s, want %s", c.comment, linConfigs[got].name(), linConfigs[c.want].name())
 		}
+		if c.n == 4096 && c.k == 2048 && c.rows == 128 { // as q, k and v, one launch: 23 tiles in 5 splits of 6.4
+			qkv := []*DeviceTensor{fakeMatrix(2048, 2048), fakeMatrix(1024, 2048), fakeMatrix(1024, 2048)}
+			if got := d.pick(c.rows, qkv, c.k); got != c.want {
+				t.Errorf("%s, as siblings: %s, want %s", c.comment, linConfigs[got].name(), linConfigs[c.want].name())
+			}
+		}
 		bound, err := LinearManyWorkspaceBound(ws, c.rows)
 		if err != nil {
 			t.Fatal(err)
