@@ -347,12 +347,6 @@ func TestPickByWaves(t *testing.T) {
 		if got := d.pick(c.rows, ws, c.k); got != c.want {
 			t.Errorf("%s: %s, want %s", c.comment, linConfigs[got].name(), linConfigs[c.want].name())
 		}
-		if c.n == 4096 && c.k == 2048 && c.rows == 128 { // as q, k and v, one launch: 23 tiles in 5 splits of 6.4
-			qkv := []*DeviceTensor{fakeMatrix(2048, 2048), fakeMatrix(1024, 2048), fakeMatrix(1024, 2048)}
-			if got := d.pick(c.rows, qkv, c.k); got != c.want {
-				t.Errorf("%s, as siblings: %s, want %s", c.comment, linConfigs[got].name(), linConfigs[c.want].name())
-			}
-		}
 		bound, err := LinearManyWorkspaceBound(ws, c.rows)
 		if err != nil {
 			t.Fatal(err)
@@ -362,6 +356,12 @@ func TestPickByWaves(t *testing.T) {
 		if need, _ := cfg.workspace(c.n, c.k, int64(c.rows), s); need > bound {
 			t.Errorf("%s: workspace %d > bound %d", c.comment, need, bound)
 		}
+	}
+	// Qwen3-1.7B's q, k and v as one launch at 128 tokens: 23 tiles of 192 rows
+	// in 5 splits of 6.4 k-blocks
+	qkv17 := []*DeviceTensor{fakeMatrix(2048, 2048), fakeMatrix(1024, 2048), fakeMatrix(1024, 2048)}
+	if got := d.pick(128, qkv17, 2048); got != cfgPrompt64 {
+		t.Errorf("siblings: %s, want %s", linConfigs[got].name(), linConfigs[cfgPrompt64].name())
 	}
 	// Qwen3-1.7B's gate_up (K = 2,048) at 64 tokens: 96 tiles fill 97% of the
 	// three-per-SM slots in 4 splits, but of 8 k-blocks each
