@@ -227,8 +227,9 @@ var linConfigs = []linConfig{
 //   - elsewhere, the session-3 sweep: m1n2w1k8u1 to 16 tokens, m2n4w1k8u1
 //     to 32, m1n8w2k4u1 to 64, m1n8w4k2u1 beyond.
 //
-// On sm_90 device.pick may run alternative's configuration instead, where
-// that fills the GPU's waves better.
+// On sm_90 device.pick may run the 64-token tiles instead of a prompt tile
+// whose blocks would be short (smallPrompt: small models at 65-256 tokens),
+// and alternative's configuration where that fills the GPU's waves better.
 func pickConfig(rows, n int64, hopper bool) int {
 	if f := forced.Load(); f > 0 {
 		return int(f - 1)
