@@ -357,23 +357,21 @@ func alternative(ci, rows int, hopper bool) int {
 func (d *device) pick(rows int, ws []*DeviceTensor, k int64) int {
 	n := sumRows(ws)
 	ci := pickConfig(int64(rows), n, d.hopper())
-	if forced.Load() > 0 {
+	alt, sp := alternative(ci, rows, d.hopper()), smallPrompt(ci, rows, n)
+	if forced.Load() > 0 || alt < 0 && sp < 0 {
 		return ci
 	}
-	if sp := smallPrompt(ci, rows, n); sp >= 0 {
-		fill, splits, waves := d.waveFill(ci, rows, ws, k)
-		kb := (k + 63) / 64
-		if kb < promptKBlocksMin*splits || (kb < minKBlocks*splits && waves == 1 && fill < promptFillMin) {
-			ci = sp
-		}
+	kb := (k + 63) / 64
+	fill, splits, waves := d.waveFill(ci, rows, ws, k)
+	if sp >= 0 && (kb < promptKBlocksMin*splits || kb < minKBlocks*splits && waves == 1 && fill < promptFillMin) {
+		ci, alt = sp, alternative(sp, rows, d.hopper())
+		fill, _, _ = d.waveFill(ci, rows, ws, k)
 	}
-	alt := alternative(ci, rows, d.hopper())
 	if alt < 0 {
 		return ci
 	}
-	fill, _, _ := d.waveFill(ci, rows, ws, k)
 	altFill, altSplits, _ := d.waveFill(alt, rows, ws, k)
-	if altFill <= fill || (k+63)/64 < minKBlocks*altSplits {
+	if altFill <= fill || kb < minKBlocks*altSplits {
 		return ci
 	}
 	return alt

@@ -38,7 +38,7 @@ MODELS = {
     # name: (layers, [(N, K) of qkv, o, gate_up, down])
     "qwen3-8b": (36, [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288)]),
     "qwen3-32b": (64, [(10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600)]),
-    # small models: weights of 16-96 tiles, where the picks' pairs were not swept
+    # small models, whose shapes the picks were not swept on (o and down: 16-40 tiles of 64 rows)
     "qwen3-0.6b": (28, [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)]),
     "qwen3-1.7b": (28, [(4096, 2048), (2048, 2048), (12288, 2048), (2048, 6144)]),
     "qwen3-4b": (36, [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728)]),
