@@ -38,6 +38,9 @@ until the streams are joined, and every side- or body-stream allocation
 follows a fork (both wait for the current one first), so the caching
 allocator never hands a block to one stream while another still uses it.
 
+Only block calls of at most :data:`OVERLAP_ROWS` rows (tokens) overlap;
+larger ones run the shared expert in line, where the overlap measured slower.
+
 ``GLYD_SHARED_STREAM=0`` (read at attach) or :func:`set_overlap` turn it
 off, for A/B measurements.
 """
@@ -58,6 +61,15 @@ __all__ = ["attach", "set_overlap", "overlapped_blocks"]
 
 #: The names transformers gives a MoE block's shared expert module.
 SHARED_NAMES = ("shared_expert", "shared_experts")
+
+#: The most rows (tokens) a block call overlaps its shared expert for; above
+#: it the shared expert runs in line. H200, Llama-4-Scout's block, CUDA-graph
+#: replays (docs/PERFORMANCE.md, session 32): with the overlap 1 token 8%
+#: faster (session 9), 64 tokens 0.826-0.840 ms against 0.845 in line, but 128
+#: tokens 1.52 against 1.086 (the side stream's split-K reduce ended 1 ms after
+#: its tile, beside the routed experts on the body stream's higher priority)
+#: and 256 tokens 1.646-1.647 against 1.637.
+OVERLAP_ROWS = 64
 
 _KEY = "_glyd_shared"
 _LOG = logging.getLogger("glyd.transformers")
@@ -134,7 +146,8 @@ def _fork(block, args, kwargs) -> None:
         return
     x = args[0] if args else kwargs.get("hidden_states")
     if (not torch.is_tensor(x) or x.device.type != "cuda" or x.dtype != torch.bfloat16 or x.dim() == 0
-            or not x.is_contiguous() or torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad)):
+            or not x.is_contiguous() or torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad)
+            or x.numel() // x.shape[-1] > OVERLAP_ROWS):
         return
     real = block._modules.get(st.name)
     lins = st.linears(real) if isinstance(real, nn.Module) and not isinstance(real, _SharedOutput) else ()

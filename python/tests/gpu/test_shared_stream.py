@@ -76,6 +76,30 @@ def test_block_body_on_a_high_priority_stream():
     assert torch.cuda.current_stream(DEV) == caller
 
 
+@pytest.mark.parametrize("tokens", [gpu_shared.OVERLAP_ROWS, gpu_shared.OVERLAP_ROWS + 1])
+def test_overlap_up_to_its_rows(tokens):
+    """Block calls of more than OVERLAP_ROWS rows run the shared expert in
+    line, on the caller's stream, with the same output; the overlap stays on
+    for smaller calls."""
+    blk = _block(_packed("llama4_text"))
+    seen = []
+    hook = blk.experts.register_forward_pre_hook(lambda mod, args: seen.append(torch.cuda.current_stream(DEV)))
+    caller = torch.cuda.current_stream(DEV)
+    x = torch.randn(1, tokens, blk.shared_expert.gate_proj.in_features, device=DEV, dtype=torch.bfloat16)
+    try:
+        with torch.no_grad():
+            got = blk(x)[0]
+            gpu_shared.set_overlap(blk, False)
+            want = blk(x)[0]
+            gpu_shared.set_overlap(blk, True)
+    finally:
+        hook.remove()
+    torch.cuda.synchronize()
+    assert torch.equal(got, want)
+    assert (seen[0] == caller) == (tokens > gpu_shared.OVERLAP_ROWS)
+    assert gpu_shared.overlapped_blocks(blk) == [""]  # still installed and on
+
+
 @pytest.mark.parametrize("tokens", [1, 7])
 def test_graph_replay(tokens):
     blk = _block(_packed("llama4_text"))
