@@ -147,7 +147,7 @@ def _fork(block, args, kwargs) -> None:
     x = args[0] if args else kwargs.get("hidden_states")
     if (not torch.is_tensor(x) or x.device.type != "cuda" or x.dtype != torch.bfloat16 or x.dim() == 0
             or not x.is_contiguous() or torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad)
-            or x.numel() // x.shape[-1] > OVERLAP_ROWS):
+            or x.numel() > OVERLAP_ROWS * x.shape[-1]):
         return
     real = block._modules.get(st.name)
     lins = st.linears(real) if isinstance(real, nn.Module) and not isinstance(real, _SharedOutput) else ()
