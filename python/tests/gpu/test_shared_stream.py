@@ -59,20 +59,28 @@ def _block(m):
     return m.get_submodule(name)
 
 
+def _experts_stream(blk, tokens):
+    """One call of blk on `tokens` random rows: its output and the stream its
+    experts ran on."""
+    seen = []
+    hook = blk.experts.register_forward_pre_hook(lambda mod, args: seen.append(torch.cuda.current_stream(DEV)))
+    x = torch.randn(1, tokens, blk.shared_expert.gate_proj.in_features, device=DEV, dtype=torch.bfloat16)
+    try:
+        with torch.no_grad():
+            out = blk(x)[0]
+    finally:
+        hook.remove()
+    assert seen
+    return x, out, seen[0]
+
+
 def test_block_body_on_a_high_priority_stream():
     """The block's own work (its experts here) runs on a stream of higher
     priority than the caller's; the caller's stream is current again after."""
     blk = _block(_packed("llama4_text"))
-    seen = []
-    hook = blk.experts.register_forward_pre_hook(lambda mod, args: seen.append(torch.cuda.current_stream(DEV)))
     caller = torch.cuda.current_stream(DEV)
-    x = torch.randn(1, 3, blk.shared_expert.gate_proj.in_features, device=DEV, dtype=torch.bfloat16)
-    try:
-        with torch.no_grad():
-            blk(x)
-    finally:
-        hook.remove()
-    assert seen and seen[0] != caller and seen[0].priority < caller.priority
+    _, _, body = _experts_stream(blk, 3)
+    assert body != caller and body.priority < caller.priority
     assert torch.cuda.current_stream(DEV) == caller
 
 
@@ -82,21 +90,15 @@ def test_overlap_up_to_its_rows(tokens):
     line, on the caller's stream, with the same output; the overlap stays on
     for smaller calls."""
     blk = _block(_packed("llama4_text"))
-    seen = []
-    hook = blk.experts.register_forward_pre_hook(lambda mod, args: seen.append(torch.cuda.current_stream(DEV)))
     caller = torch.cuda.current_stream(DEV)
-    x = torch.randn(1, tokens, blk.shared_expert.gate_proj.in_features, device=DEV, dtype=torch.bfloat16)
-    try:
-        with torch.no_grad():
-            got = blk(x)[0]
-            gpu_shared.set_overlap(blk, False)
-            want = blk(x)[0]
-            gpu_shared.set_overlap(blk, True)
-    finally:
-        hook.remove()
+    x, got, stream = _experts_stream(blk, tokens)
+    with torch.no_grad():
+        gpu_shared.set_overlap(blk, False)
+        want = blk(x)[0]
+        gpu_shared.set_overlap(blk, True)
     torch.cuda.synchronize()
     assert torch.equal(got, want)
-    assert (seen[0] == caller) == (tokens > gpu_shared.OVERLAP_ROWS)
+    assert (stream == caller) == (tokens > gpu_shared.OVERLAP_ROWS)
     assert gpu_shared.overlapped_blocks(blk) == [""]  # still installed and on
 
 
