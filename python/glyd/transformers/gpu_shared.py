@@ -63,13 +63,13 @@ __all__ = ["attach", "set_overlap", "overlapped_blocks"]
 SHARED_NAMES = ("shared_expert", "shared_experts")
 
 #: The most rows (tokens) a block call overlaps its shared expert for; above
-#: it the shared expert runs in line. H200, Llama-4-Scout's block, CUDA-graph
-#: replays (docs/PERFORMANCE.md, session 32): with the overlap 1 token 8%
-#: faster (session 9), 64 tokens 0.826-0.840 ms against 0.845 in line, but 128
-#: tokens 1.52 against 1.086 (the side stream's split-K reduce ended 1 ms after
-#: its tile, beside the routed experts on the body stream's higher priority)
-#: and 256 tokens 1.646-1.647 against 1.637.
-OVERLAP_ROWS = 64
+#: it the shared expert runs in line. H200, CUDA-graph replays, overlap against
+#: in line (docs/PERFORMANCE.md, session 33): Llama-4-Scout's block -11% at 1
+#: token, -0.4% at 32, level at 48-64, +41% at 96-128 (its shared expert's
+#: two-warpgroup prompt tile beside the routed experts), +4% at 512; DeepSeek
+#: V2-Lite-sized -9% at 1, -1% at 32, +4% / +12% at 48 / 64; Qwen1.5-MoE-sized
+#: within 1% up to 48, +2.4% at 64.
+OVERLAP_ROWS = 32
 
 _KEY = "_glyd_shared"
 _LOG = logging.getLogger("glyd.transformers")
