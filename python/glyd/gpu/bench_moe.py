@@ -34,6 +34,9 @@ BLOCKS = {
     "qwen3-30b-a3b": ("qwen3", 2048, 768, 128, 8),
     "mixtral-8x7b": ("mixtral", 4096, 14336, 8, 2),
     "gpt-oss-20b": ("gpt_oss", 2880, 2880, 32, 4),  # experts stored transposed, gate/up interleaved, biases
+    # with shared experts beside the routed ones (glyd.transformers.gpu_shared):
+    "qwen1.5-moe-a2.7b": ("qwen2_moe", 2048, 1408, 60, 4),  # a shared expert of 4 x 1408
+    "moonlight-16b-a3b": ("deepseek_v3", 2048, 1408, 64, 6),  # 2 shared experts, one routing group
 }
 
 
@@ -53,6 +56,17 @@ def make_block(name: str, seed: int = 0, device="cuda"):
 
         cfg = transformers.Qwen3MoeConfig(hidden_size=hidden, moe_intermediate_size=inter, num_experts=experts,
                                           num_experts_per_tok=k, norm_topk_prob=True)
+    elif family == "qwen2_moe":
+        from transformers.models.qwen2_moe.modeling_qwen2_moe import Qwen2MoeSparseMoeBlock as cls
+
+        cfg = transformers.Qwen2MoeConfig(hidden_size=hidden, moe_intermediate_size=inter,
+                                          shared_expert_intermediate_size=4 * inter, num_experts=experts,
+                                          num_experts_per_tok=k)
+    elif family == "deepseek_v3":
+        from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE as cls
+
+        cfg = transformers.DeepseekV3Config(hidden_size=hidden, moe_intermediate_size=inter, n_routed_experts=experts,
+                                            num_experts_per_tok=k, n_shared_experts=2, n_group=1, topk_group=1)
     elif family == "gpt_oss":
         from transformers.models.gpt_oss.modeling_gpt_oss import GptOssMLP as cls
 

@@ -1,7 +1,9 @@
 """MoE blocks at real sizes on the GPU (random weights randn * 0.02, one block each):
 Llama-4-Scout (hidden 5120, experts of 8192, 16 experts, top-1 + shared expert),
 Qwen3-30B-A3B (2048, 128 experts of 768, top-8), Mixtral-8x7B (4096, 8 experts of
-14336, top-2). Default mode within MOE_TOL of the bf16 block; exact=True
+14336, top-2), gpt-oss-20b, and two with shared experts: Qwen1.5-MoE-A2.7B (Qwen2-MoE)
+and Moonlight-16B-A3B (DeepSeek V3) — glyd.gpu.bench_moe.BLOCKS. Default mode within
+MOE_TOL of the bf16 block; exact=True
 torch.equal to it under the same experts implementation. Skipped without a GPU.
 """
 
