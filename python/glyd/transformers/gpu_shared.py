@@ -66,9 +66,9 @@ SHARED_NAMES = ("shared_expert", "shared_experts")
 #: it the shared expert runs in line. H200, CUDA-graph replays, overlap against
 #: in line (docs/PERFORMANCE.md, session 33): Llama-4-Scout's block -11% at 1
 #: token, -0.4% at 32, level at 48-64, +41% at 96-128 (its shared expert's
-#: two-warpgroup prompt tile beside the routed experts), +4% at 512; DeepSeek
-#: V2-Lite-sized -9% at 1, -1% at 32, +4% / +12% at 48 / 64; Qwen1.5-MoE-sized
-#: within 1% up to 48, +2.4% at 64.
+#: two-warpgroup prompt tile beside the routed experts), +4% at 512;
+#: Moonlight-16B-A3B's (DeepSeek V3) -9% at 1, -1% at 32, +4% / +12% at 48 / 64;
+#: Qwen1.5-MoE-A2.7B's within 1% up to 48, +2.4% at 64 (bench_moe.BLOCKS).
 OVERLAP_ROWS = 32
 
 _KEY = "_glyd_shared"
